@@ -1,0 +1,55 @@
+# One entry point for users and CI. Every target re-runs the idempotent set-up first.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+APT_PACKAGES := espeak-ng libespeak-ng1 sox libsndfile1 libb64-0d libpython3.11
+HTTP_PORT ?= 8000
+GRPC_PORT ?= 8001
+METRICS_PORT ?= 8002
+
+.PHONY: setup system-packages serve test lint typecheck check voice repo clean
+
+setup: system-packages $(STAMP) voices/joe/voice.json
+
+# Debian packages: espeak-ng for phonemes, libpython3.11 for Triton's Python-backend stub.
+system-packages:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:$$missing"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+voices/joe/voice.json: | $(STAMP)
+	$(BIN)/triton-tts export piper --out voices/joe
+
+voice: setup
+
+repo: setup
+	$(BIN)/triton-tts build-repo --voice voices/joe
+
+serve: setup
+	$(BIN)/triton-tts serve --voice voices/joe --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: setup
+	$(BIN)/mypy triton_tts tests
+
+test: setup
+	$(BIN)/pytest -ra
+
+check: lint typecheck test
+
+clean:
+	rm -rf voices model_repository/*/1/*.onnx model_repository/*/1/voice.json model_repository/*/warmup

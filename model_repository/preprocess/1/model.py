@@ -1,0 +1,112 @@
+"""Text -> phoneme ids for the voice, one espeak pass per batch.
+
+Per request: decode and check TEXT, normalise (numbers, dates, units...), phonemise with
+espeak-ng, map to the voice's ids, pad to a length bucket (so native GPU backends can
+batch different lengths), and turn SPEED / NOISE_* into the acoustic model's SCALES row.
+A bad request gets its own INVALID_ARG error; its batch neighbours are unaffected.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from triton_tts.batching import bucket_length
+from triton_tts.text.normalize import normalize_english
+from triton_tts.text.phonemize import EspeakPhonemizer
+from triton_tts.validation import (
+    InvalidRequest,
+    check_noise,
+    check_speaker,
+    check_speed,
+    decode_text,
+)
+from triton_tts.voice import Voice
+
+MIN_PHONEME_IDS = 3  # BOS, one symbol, EOS
+
+
+def _scalar(request: Any, name: str, default: float) -> float:
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    if tensor is None:
+        return default
+    values = tensor.as_numpy().reshape(-1)
+    if values.size != 1:
+        raise InvalidRequest(f"{name} must hold one value, got {values.size}")
+    return float(values[0])
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict[str, str]) -> None:
+        self.logger = pb_utils.Logger
+        config = json.loads(args["model_config"])
+        params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+        folder = Path(args["model_repository"]) / args["model_version"]
+        self.voice = Voice.load(folder)
+        self.bucketed = params.get("pad_to_buckets", "true").lower() == "true"
+        self.phonemizer = EspeakPhonemizer(self.voice.phonemizer_language)
+        self.pad_id = self.voice.symbols["_"][0]
+        self.logger.log_info(
+            f"preprocess: voice '{self.voice.name}', espeak '{self.voice.phonemizer_language}', "
+            f"buckets {'on' if self.bucketed else 'off'}"
+        )
+
+    def _read(self, request: Any) -> tuple[str, np.ndarray]:
+        raw = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy().reshape(-1)
+        if raw.size != 1:
+            raise InvalidRequest(f"TEXT must hold one string per request, got {raw.size}")
+        text = normalize_english(decode_text(raw[0]))
+        voice = pb_utils.get_input_tensor_by_name(request, "VOICE")
+        if voice is not None:
+            check_voice(voice.as_numpy().reshape(-1), self.voice.name)
+        speed = check_speed(_scalar(request, "SPEED", 1.0))
+        check_speaker(int(_scalar(request, "SPEAKER_ID", 0)), self.voice.num_speakers, self.voice.name)
+        noise = check_noise("NOISE_SCALE", _scalar(request, "NOISE_SCALE", self.voice.noise_scale))
+        noise_w = check_noise("NOISE_W", _scalar(request, "NOISE_W", self.voice.noise_w))
+        scales = np.array([noise, self.voice.length_scale / speed, noise_w], dtype=np.float32)
+        return text, scales
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        responses: list[Any] = [None] * len(requests)
+        texts: list[str] = []
+        accepted: list[tuple[int, np.ndarray]] = []
+        for i, request in enumerate(requests):
+            try:
+                text, scales = self._read(request)
+            except InvalidRequest as err:
+                responses[i] = _error(str(err))
+                continue
+            texts.append(text)
+            accepted.append((i, scales))
+        for (i, scales), phonemes in zip(accepted, self.phonemizer.phonemize(texts), strict=True):
+            ids = self.voice.phonemes_to_ids(phonemes)
+            if len(ids) < MIN_PHONEME_IDS:
+                responses[i] = _error("TEXT has nothing the voice can pronounce")
+                continue
+            padded = np.full(bucket_length(len(ids)) if self.bucketed else len(ids), self.pad_id, np.int64)
+            padded[: len(ids)] = ids
+            responses[i] = pb_utils.InferenceResponse(
+                output_tensors=[
+                    pb_utils.Tensor("PHONEME_IDS", padded),
+                    pb_utils.Tensor("PHONEME_LENGTH", np.array([len(ids)], dtype=np.int64)),
+                    pb_utils.Tensor("SCALES", scales),
+                    pb_utils.Tensor("SAMPLE_RATE", np.array([self.voice.sample_rate], np.int32)),
+                ]
+            )
+        return responses
+
+
+def check_voice(names: np.ndarray, served: str) -> None:
+    name = names[0].decode("utf-8", "replace") if names.size == 1 else ""
+    if name not in ("", served):
+        raise InvalidRequest(f"unknown VOICE '{name}': this server serves '{served}'")
+
+
+def _error(message: str) -> Any:
+    return pb_utils.InferenceResponse(
+        error=pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG)
+    )

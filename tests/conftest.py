@@ -1,0 +1,83 @@
+"""A real tritonserver for the whole test session, on free ports, with the built repository."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from triton_tts.cli import ensure_default_voice
+from triton_tts.repository import DEFAULT_VOICE_DIR, build_repository
+from triton_tts.server import TritonServer, free_port
+from triton_tts.text.normalize import normalize_english
+from triton_tts.text.phonemize import EspeakPhonemizer
+from triton_tts.voice import Voice
+
+log = logging.getLogger(__name__)
+
+
+@pytest.fixture(scope="session")
+def voice_dir() -> Path:
+    ensure_default_voice(DEFAULT_VOICE_DIR)
+    return DEFAULT_VOICE_DIR
+
+
+@pytest.fixture(scope="session")
+def voice(voice_dir: Path) -> Voice:
+    return Voice.load(voice_dir)
+
+
+@pytest.fixture(scope="session")
+def server(voice_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
+    repo = build_repository(voice_dir, tmp_path_factory.mktemp("repository") / "model_repository")
+    log_file = tmp_path_factory.mktemp("logs") / "tritonserver.log"
+    with TritonServer(
+        repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(), log_file=log_file
+    ) as running:
+        yield running
+    # A crash at shutdown would hide here otherwise.
+    assert running.process is not None and running.process.returncode is not None
+
+
+@pytest.fixture()
+def http(server: TritonServer) -> Iterator[httpclient.InferenceServerClient]:
+    client = httpclient.InferenceServerClient(server.http_url, concurrency=16, network_timeout=300)
+    yield client
+    client.close()
+
+
+@pytest.fixture()
+def grpc(server: TritonServer) -> Iterator[grpcclient.InferenceServerClient]:
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def phonemizer(voice: Voice) -> EspeakPhonemizer:
+    return EspeakPhonemizer(voice.phonemizer_language)
+
+
+@pytest.fixture(scope="session")
+def unsplit_piper() -> ort.InferenceSession:
+    """Piper's original, unsplit graph: the reference the served audio must match."""
+    from triton_tts.export.piper import bundled_joe_paths
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    return ort.InferenceSession(str(bundled_joe_paths()[0]), opts, providers=["CPUExecutionProvider"])
+
+
+def phoneme_ids(text: str, voice: Voice, phonemizer: EspeakPhonemizer) -> list[int]:
+    """The ids the server's preprocess computes for ``text`` (same code path)."""
+    return voice.phonemes_to_ids(phonemizer.phonemize([normalize_english(text)])[0])
+
+
+def silence_free(audio: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(np.square(audio))))

@@ -1,0 +1,44 @@
+"""Request helpers shared by the tests: one ensemble call over HTTP or gRPC."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+DETERMINISTIC = {"NOISE_SCALE": 0.0, "NOISE_W": 0.0}
+
+
+def tts_inputs(lib: Any, text: str | bytes, **scalars: float | int) -> list[Any]:
+    raw = text.encode("utf-8") if isinstance(text, str) else text
+    tensor = lib.InferInput("TEXT", [1, 1], "BYTES")
+    tensor.set_data_from_numpy(np.array([[raw]], dtype=np.object_))
+    inputs = [tensor]
+    for name, value in scalars.items():
+        if name == "VOICE":
+            t = lib.InferInput(name, [1, 1], "BYTES")
+            t.set_data_from_numpy(np.array([[str(value).encode()]], dtype=np.object_))
+        elif name == "SPEAKER_ID":
+            t = lib.InferInput(name, [1, 1], "INT64")
+            t.set_data_from_numpy(np.array([[value]], dtype=np.int64))
+        else:
+            t = lib.InferInput(name, [1, 1], "FP32")
+            t.set_data_from_numpy(np.array([[value]], dtype=np.float32))
+        inputs.append(t)
+    return inputs
+
+
+def synthesize(client: Any, text: str | bytes, **scalars: Any) -> tuple[np.ndarray, int]:
+    lib = httpclient if isinstance(client, httpclient.InferenceServerClient) else grpcclient
+    result = client.infer("tts", tts_inputs(lib, text, **scalars))
+    audio = result.as_numpy("AUDIO").reshape(-1)
+    rate = int(result.as_numpy("SAMPLE_RATE").reshape(-1)[0])
+    return audio, rate
+
+
+def model_counts(client: httpclient.InferenceServerClient, model: str) -> tuple[int, int]:
+    """(inference_count, execution_count) from Triton's own statistics."""
+    stats = client.get_inference_statistics(model)["model_stats"][0]
+    return int(stats["inference_count"]), int(stats["execution_count"])

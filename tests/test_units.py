@@ -1,0 +1,72 @@
+"""Pure functions: request checks, batching plans, the voice's id mapping."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from triton_tts.batching import PHONEME_BUCKETS, bucket_length, pad_stack, plan_sub_batches
+from triton_tts.onnx_session import resolve_threads
+from triton_tts.validation import (
+    MAX_TEXT_CHARS,
+    InvalidRequest,
+    check_noise,
+    check_speaker,
+    check_speed,
+    decode_text,
+)
+
+
+def test_decode_text_cleans_and_rejects() -> None:
+    assert decode_text("  Hello\nworld\x00 ".encode()) == "Hello world"
+    assert decode_text("zero\u200bwidth") == "zerowidth"
+    for bad, words in [(b"", "empty"), (b"\xff\xfe", "UTF-8"), (b"\x01\x02", "control"),
+                       (("a" * (MAX_TEXT_CHARS + 1)).encode(), "limit")]:
+        with pytest.raises(InvalidRequest, match=words):
+            decode_text(bad)
+
+
+@pytest.mark.parametrize("speed", [0.0, -2.0, float("nan"), float("inf"), 0.1, 10.0])
+def test_speed_out_of_range(speed: float) -> None:
+    with pytest.raises(InvalidRequest, match="SPEED"):
+        check_speed(speed)
+
+
+def test_good_values_pass() -> None:
+    assert check_speed(1.5) == 1.5
+    assert check_noise("NOISE_W", 0.0) == 0.0
+    assert check_speaker(0, 1, "joe") == 0
+    with pytest.raises(InvalidRequest, match="speakers 0..3"):
+        check_speaker(4, 4, "vctk")
+
+
+def test_buckets_bound_padding() -> None:
+    for length in range(1, PHONEME_BUCKETS[-1] + 1):
+        bucket = bucket_length(length)
+        assert bucket >= length
+        assert bucket <= max(PHONEME_BUCKETS[0], int(length * 1.5) + 1)
+    assert bucket_length(10**6) == 10**6
+
+
+def test_sub_batches_respect_the_cap_and_cover_everything() -> None:
+    rng = np.random.default_rng(0)
+    lengths = [int(x) for x in rng.integers(1, 500, size=40)]
+    groups = plan_sub_batches(lengths, max_padded=1200)
+    assert sorted(i for g in groups for i in g) == list(range(40))
+    for group in groups:
+        longest = max(lengths[i] for i in group)
+        assert len(group) == 1 or len(group) * longest <= 1200
+    assert plan_sub_batches([5000], max_padded=100) == [[0]]  # one item always runs
+
+
+def test_pad_stack() -> None:
+    out = pad_stack([np.ones((2, 3), np.float32), np.ones((2, 5), np.float32)])
+    assert out.shape == (2, 2, 5) and out[0, :, 3:].sum() == 0 and out[1].sum() == 10
+
+
+def test_threads_never_oversubscribe() -> None:
+    from triton_tts.onnx_session import available_cores
+
+    assert resolve_threads("auto", 1) == available_cores()
+    assert resolve_threads("auto", available_cores() * 4) == 1
+    assert resolve_threads("3", 1) == 3

@@ -1,0 +1,143 @@
+"""The ``triton-tts`` command: prepare voices, build the repository, serve, and speak.
+
+    triton-tts serve                      # export the default voice if needed, build, serve
+    triton-tts say "Hello." -o hello.wav  # through a running server (HTTP or gRPC)
+    triton-tts export piper --out voices/joe
+    triton-tts build-repo --voice voices/joe
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from triton_tts.client.cli import add_say_arguments, say
+from triton_tts.repository import DEFAULT_REPOSITORY, DEFAULT_VOICE_DIR, build_repository
+from triton_tts.voice import VOICE_FILE
+
+log = logging.getLogger("triton_tts")
+
+
+def ensure_default_voice(voice_dir: Path) -> None:
+    """Export the bundled Piper voice on first use (later runs reuse the folder)."""
+    if (voice_dir / VOICE_FILE).exists():
+        return
+    if voice_dir.resolve() != DEFAULT_VOICE_DIR.resolve():
+        raise SystemExit(f"no voice at {voice_dir} (export one with 'triton-tts export')")
+    from triton_tts.export.piper import bundled_joe_paths, export_piper_voice
+
+    onnx_path, config_path = bundled_joe_paths()
+    log.info("exporting the default voice to %s", voice_dir)
+    export_piper_voice(onnx_path, config_path, voice_dir)
+
+
+def cmd_build_repo(args: argparse.Namespace) -> int:
+    ensure_default_voice(args.voice)
+    build_repository(args.voice, args.out)
+    return 0
+
+
+def cmd_export_piper(args: argparse.Namespace) -> int:
+    from triton_tts.export import piper
+
+    forwarded = ["--out", str(args.out)]
+    if args.onnx:
+        forwarded += ["--onnx", str(args.onnx)]
+    if args.config:
+        forwarded += ["--config", str(args.config)]
+    if args.name:
+        forwarded += ["--name", args.name]
+    piper.main(forwarded)
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from triton_tts.server import TritonServer
+
+    if not args.no_build:
+        ensure_default_voice(args.voice)
+        build_repository(args.voice, args.model_repository)
+    server = TritonServer(
+        args.model_repository,
+        http_port=args.http_port,
+        grpc_port=args.grpc_port,
+        metrics_port=args.metrics_port,
+        model_config_name=args.model_config_name,
+        log_verbose=args.log_verbose,
+    )
+    server.start()
+    try:
+        server.wait_ready()
+        print(
+            "\ntriton-tts is ready (warm-up done).\n"
+            f"  HTTP    localhost:{args.http_port}   gRPC localhost:{args.grpc_port}"
+            f"   metrics http://localhost:{args.metrics_port}/metrics\n"
+            f'  speak:  triton-tts say "Hello from Triton." -o hello.wav\n'
+            f'          triton-tts say "Hello." --protocol grpc --url localhost:{args.grpc_port} -o hello.wav\n'
+            "  Ctrl-C stops the server.\n",
+            flush=True,
+        )
+        assert server.process is not None
+        return server.process.wait()
+    except KeyboardInterrupt:
+        print("\nstopping tritonserver...", flush=True)
+        return server.stop() or 0
+    except (RuntimeError, TimeoutError) as err:
+        print(f"triton-tts: {err}", file=sys.stderr)
+        server.stop()
+        return 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="triton-tts", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+    defaults = argparse.ArgumentDefaultsHelpFormatter
+
+    serve = sub.add_parser("serve", help="build the repository and run tritonserver", formatter_class=defaults)
+    serve.add_argument("--voice", type=Path, default=DEFAULT_VOICE_DIR, help="voice folder")
+    serve.add_argument("--model-repository", type=Path, default=DEFAULT_REPOSITORY)
+    serve.add_argument("--http-port", type=int, default=8000)
+    serve.add_argument("--grpc-port", type=int, default=8001)
+    serve.add_argument("--metrics-port", type=int, default=8002)
+    serve.add_argument(
+        "--model-config-name", default=None, help="named config variant: gpu or tensorrt (GPU nodes)"
+    )
+    serve.add_argument("--log-verbose", type=int, default=0, help="tritonserver --log-verbose")
+    serve.add_argument("--no-build", action="store_true", help="serve the repository as it is")
+    serve.set_defaults(func=cmd_serve)
+
+    say_parser = sub.add_parser("say", help="synthesise a text to a WAV file", formatter_class=defaults)
+    add_say_arguments(say_parser)
+    say_parser.set_defaults(func=say)
+
+    export = sub.add_parser("export", help="export a voice to a voice folder")
+    export_sub = export.add_subparsers(dest="family", required=True)
+    piper = export_sub.add_parser("piper", help="split a Piper VITS voice", formatter_class=defaults)
+    piper.add_argument("--onnx", type=Path, help="Piper .onnx (default: the bundled joe voice)")
+    piper.add_argument("--config", type=Path, help="Piper .onnx.json (default: next to --onnx)")
+    piper.add_argument("--name", help="voice name")
+    piper.add_argument("--out", type=Path, required=True, help="voice folder to write")
+    piper.set_defaults(func=cmd_export_piper)
+
+    build = sub.add_parser("build-repo", help="put a voice into the model repository", formatter_class=defaults)
+    build.add_argument("--voice", type=Path, default=DEFAULT_VOICE_DIR, help="voice folder")
+    build.add_argument("--out", type=Path, default=DEFAULT_REPOSITORY, help="repository to fill")
+    build.set_defaults(func=cmd_build_repo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
+    )
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""Fill the model repository with a voice: ONNX files, voice description, warm-up data.
+
+The repository's configs and Python model code are committed; what a voice brings
+(ONNX files, ``voice.json``, warm-up tensors) is generated into place and ignored by git.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import struct
+from pathlib import Path
+
+import numpy as np
+
+from triton_tts.batching import bucket_length
+from triton_tts.voice import ACOUSTIC_FILE, VOCODER_FILE, VOICE_FILE, Voice
+
+log = logging.getLogger(__name__)
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_REPOSITORY = PROJECT_ROOT / "model_repository"
+DEFAULT_VOICE_DIR = PROJECT_ROOT / "voices" / "joe"
+WARMUP_TEXT = "Warming up the voice, so that the first request is fast."
+# phonemes of WARMUP_TEXT are not needed: the acoustic warm-up only has to be realistic.
+WARMUP_PHONEMES = "wˈɔːɹmɪŋ ˈʌp ðə vˈɔɪs, sˌoʊ ðæt ðə fˈɜːst ɹɪkwˈɛst ɪz fˈæst."
+WARMUP_IDS_LENGTH = 64  # must match dims in acoustic/config.pbtxt model_warmup
+
+
+def _place(source: Path, target: Path) -> None:
+    """Hard-link (cheap, same disk) or copy, skipping files that are already current."""
+    if target.exists() and target.stat().st_size == source.stat().st_size:
+        if target.stat().st_mtime >= source.stat().st_mtime:
+            return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.unlink(missing_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
+def _serialize_bytes(text: str) -> bytes:
+    """Triton's raw BYTES layout: little-endian uint32 length, then the bytes."""
+    data = text.encode("utf-8")
+    return struct.pack("<I", len(data)) + data
+
+
+def write_warmup_data(repo: Path, voice: Voice) -> None:
+    (repo / "preprocess" / "warmup").mkdir(parents=True, exist_ok=True)
+    (repo / "preprocess" / "warmup" / "TEXT").write_bytes(_serialize_bytes(WARMUP_TEXT))
+    ids = voice.phonemes_to_ids(WARMUP_PHONEMES)[:WARMUP_IDS_LENGTH]
+    padded = np.zeros(bucket_length(WARMUP_IDS_LENGTH), dtype=np.int64)
+    padded[: len(ids)] = ids
+    warm = repo / "acoustic" / "warmup"
+    warm.mkdir(parents=True, exist_ok=True)
+    (warm / "PHONEME_IDS").write_bytes(padded[:WARMUP_IDS_LENGTH].tobytes())
+    (warm / "PHONEME_LENGTH").write_bytes(np.array([len(ids)], np.int64).tobytes())
+    scales = np.array([0.0, voice.length_scale, 0.0], np.float32)
+    (warm / "SCALES").write_bytes(scales.tobytes())
+
+
+def build_repository(voice_dir: Path = DEFAULT_VOICE_DIR, repo: Path = DEFAULT_REPOSITORY) -> Path:
+    """Put ``voice_dir`` into ``repo`` (copying the committed repository first if elsewhere)."""
+    voice_dir, repo = Path(voice_dir), Path(repo)
+    voice = Voice.load(voice_dir)
+    if repo.resolve() != DEFAULT_REPOSITORY.resolve():
+        shutil.copytree(
+            DEFAULT_REPOSITORY,
+            repo,
+            dirs_exist_ok=True,
+            ignore=shutil.ignore_patterns("*.onnx", "*.plan", "__pycache__", "warmup", VOICE_FILE),
+        )
+    _place(voice_dir / ACOUSTIC_FILE, repo / "acoustic" / "1" / "model.onnx")
+    _place(voice_dir / VOCODER_FILE, repo / "vocoder" / "1" / "model.onnx")
+    for model in ("preprocess", "postprocess"):
+        _place(voice_dir / VOICE_FILE, repo / model / "1" / VOICE_FILE)
+    write_warmup_data(repo, voice)
+    log.info("model repository %s serves voice '%s'", repo, voice.name)
+    return repo

@@ -1,0 +1,41 @@
+"""espeak-ng phonemisation through ``phonemizer``, safe under concurrency.
+
+libespeak-ng keeps global state and is not thread-safe. Triton runs each Python-backend
+instance in its own stub process (so instances never share a libespeak), and an
+instance's ``execute`` is called serially; the lock below keeps one backend safe even if
+a caller shares it between threads (tests, the streaming model's worker threads).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from phonemizer.backend import EspeakBackend
+from phonemizer.separator import Separator
+
+log = logging.getLogger(__name__)
+
+# Word boundaries as spaces, no phone separators: the form Piper voices are trained on.
+_SEPARATOR = Separator(phone="", word=" ", syllable="")
+
+
+class EspeakPhonemizer:
+    def __init__(self, language: str) -> None:
+        self.language = language
+        self._lock = threading.Lock()
+        self._backend = EspeakBackend(
+            language,
+            preserve_punctuation=True,
+            with_stress=True,
+            language_switch="remove-flags",
+            logger=log,
+        )
+
+    def phonemize(self, texts: list[str]) -> list[str]:
+        """Phonemise a whole batch in one espeak pass (one call per Triton execute)."""
+        if not texts:
+            return []
+        with self._lock:
+            result = self._backend.phonemize(texts, separator=_SEPARATOR, strip=True, njobs=1)
+        return [" ".join(p.split()) for p in result]
