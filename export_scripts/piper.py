@@ -105,6 +105,11 @@ def _batch_the_scales(graph: onnx.GraphProto) -> None:
             at,
             helper.make_node("Unsqueeze", [per_item, axes_name], [column], name=f"{index}_bcast"),
         )
+    # Shape annotations recorded for the old scalar outputs would now be wrong.
+    stale = {g.output[0] for g in gathers} | {g.output[0].removesuffix("_per_item") for g in gathers}
+    kept = [v for v in graph.value_info if v.name not in stale]
+    del graph.value_info[:]
+    graph.value_info.extend(kept)
     for value in graph.input:
         if value.name == PIPER_SCALES:
             value.name = "SCALES"

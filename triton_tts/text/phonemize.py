@@ -15,6 +15,10 @@ from phonemizer.backend import EspeakBackend
 from phonemizer.separator import Separator
 
 log = logging.getLogger(__name__)
+# phonemizer warns per batch about word-count mismatches (harmless with punctuation kept);
+# on the serving hot path that is a log flood.
+_quiet = logging.getLogger(f"{__name__}.espeak")
+_quiet.setLevel(logging.ERROR)
 
 # Word boundaries as spaces, no phone separators: the form Piper voices are trained on.
 _SEPARATOR = Separator(phone="", word=" ", syllable="")
@@ -29,7 +33,7 @@ class EspeakPhonemizer:
             preserve_punctuation=True,
             with_stress=True,
             language_switch="remove-flags",
-            logger=log,
+            logger=_quiet,
         )
 
     def phonemize(self, texts: list[str]) -> list[str]:
@@ -39,3 +43,8 @@ class EspeakPhonemizer:
         with self._lock:
             result = self._backend.phonemize(texts, separator=_SEPARATOR, strip=True, njobs=1)
         return [" ".join(p.split()) for p in result]
+
+
+def has_speech(phonemes: str) -> bool:
+    """False for phoneme strings of punctuation and spaces only."""
+    return any(ch.isalpha() for ch in phonemes)

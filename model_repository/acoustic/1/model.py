@@ -58,8 +58,8 @@ class TritonPythonModel:
                 count = int(frames[row])
                 responses[i] = pb_utils.InferenceResponse(
                     output_tensors=[
-                        pb_utils.Tensor("LATENT", np.ascontiguousarray(latent[row, :, :count])),
-                        pb_utils.Tensor("FRAME_COUNT", np.array([count], dtype=np.int64)),
+                        pb_utils.Tensor("LATENT", np.ascontiguousarray(latent[row : row + 1, :, :count])),
+                        pb_utils.Tensor("FRAME_COUNT", np.array([[count]], dtype=np.int64)),
                     ]
                 )
         return responses

@@ -30,8 +30,8 @@ class TritonPythonModel:
             responses.append(
                 pb_utils.InferenceResponse(
                     output_tensors=[
-                        pb_utils.Tensor("AUDIO", audio),
-                        pb_utils.Tensor("SAMPLE_RATE", rate.astype(np.int32)),
+                        pb_utils.Tensor("AUDIO", audio[None, :]),
+                        pb_utils.Tensor("SAMPLE_RATE", rate.reshape(1, 1).astype(np.int32)),
                     ]
                 )
             )

@@ -17,7 +17,7 @@ import triton_python_backend_utils as pb_utils
 
 from triton_tts.batching import bucket_length
 from triton_tts.text.normalize import normalize_english
-from triton_tts.text.phonemize import EspeakPhonemizer
+from triton_tts.text.phonemize import EspeakPhonemizer, has_speech
 from triton_tts.validation import (
     InvalidRequest,
     check_noise,
@@ -84,17 +84,18 @@ class TritonPythonModel:
             accepted.append((i, scales))
         for (i, scales), phonemes in zip(accepted, self.phonemizer.phonemize(texts), strict=True):
             ids = self.voice.phonemes_to_ids(phonemes)
-            if len(ids) < MIN_PHONEME_IDS:
+            if len(ids) < MIN_PHONEME_IDS or not has_speech(phonemes):
                 responses[i] = _error("TEXT has nothing the voice can pronounce")
                 continue
             padded = np.full(bucket_length(len(ids)) if self.bucketed else len(ids), self.pad_id, np.int64)
             padded[: len(ids)] = ids
             responses[i] = pb_utils.InferenceResponse(
                 output_tensors=[
-                    pb_utils.Tensor("PHONEME_IDS", padded),
-                    pb_utils.Tensor("PHONEME_LENGTH", np.array([len(ids)], dtype=np.int64)),
-                    pb_utils.Tensor("SCALES", scales),
-                    pb_utils.Tensor("SAMPLE_RATE", np.array([self.voice.sample_rate], np.int32)),
+                    # Every tensor carries the batch axis of its one-item request.
+                    pb_utils.Tensor("PHONEME_IDS", padded[None, :]),
+                    pb_utils.Tensor("PHONEME_LENGTH", np.array([[len(ids)]], dtype=np.int64)),
+                    pb_utils.Tensor("SCALES", scales[None, :]),
+                    pb_utils.Tensor("SAMPLE_RATE", np.array([[self.voice.sample_rate]], np.int32)),
                 ]
             )
         return responses

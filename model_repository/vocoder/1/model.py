@@ -30,7 +30,8 @@ class TritonPythonModel:
         pb_utils.Logger.log_info(f"vocoder: onnxruntime CPU, {threads} intra-op thread(s)")
 
     def execute(self, requests: list[Any]) -> list[Any]:
-        latents = [pb_utils.get_input_tensor_by_name(r, "LATENT").as_numpy() for r in requests]
+        # Each request is one item: [1, channels, frames] -> [channels, frames].
+        latents = [pb_utils.get_input_tensor_by_name(r, "LATENT").as_numpy()[0] for r in requests]
         responses: list[Any] = [None] * len(requests)
         for group in plan_sub_batches([x.shape[-1] for x in latents], self.max_padded):
             try:
@@ -45,6 +46,6 @@ class TritonPythonModel:
             for row, i in enumerate(group):
                 samples = latents[i].shape[-1] * hop
                 responses[i] = pb_utils.InferenceResponse(
-                    output_tensors=[pb_utils.Tensor("WAVEFORM", np.ascontiguousarray(waveform[row, :samples]))]
+                    output_tensors=[pb_utils.Tensor("WAVEFORM", np.ascontiguousarray(waveform[row : row + 1, :samples]))]
                 )
         return responses
