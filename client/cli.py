@@ -21,9 +21,7 @@ def add_say_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--voice", default=None, help="voice name (default: the server's default voice)")
     parser.add_argument("--speed", type=float, default=None, help="1.0 = normal, 2.0 = twice as fast")
     parser.add_argument("--speaker-id", type=int, default=None, help="speaker of a multi-speaker voice")
-    parser.add_argument(
-        "--format", choices=["pcm16", "float"], default="pcm16", help="WAV sample format"
-    )
+    parser.add_argument("--format", choices=["pcm16", "float"], default="pcm16", help="WAV sample format")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds")
 
 
@@ -31,9 +29,7 @@ def say(args: argparse.Namespace) -> int:
     text = sys.stdin.read() if args.text == "-" else args.text
     try:
         with TTSClient(args.url, args.protocol, model=args.model, timeout_s=args.timeout) as client:
-            result = client.synthesize(
-                text, speed=args.speed, speaker_id=args.speaker_id, voice=args.voice
-            )
+            result = client.synthesize(text, speed=args.speed, speaker_id=args.speaker_id, voice=args.voice)
     except TTSError as err:
         print(f"triton-tts: {err}", file=sys.stderr)
         return 1

@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 import soundfile as sf
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
@@ -42,7 +43,7 @@ class RequestRejected(TTSError):
 
 @dataclass(frozen=True)
 class SynthesisResult:
-    audio: np.ndarray  # float32 samples in [-1, 1], mono
+    audio: npt.NDArray[np.float32]  # float32 samples in [-1, 1], mono
     sample_rate: int
 
     @property
@@ -106,7 +107,7 @@ class TTSClient:
         except Exception:  # connection refused and friends
             return False
 
-    def _input(self, name: str, value: np.ndarray, dtype: str) -> Any:
+    def _input(self, name: str, value: npt.NDArray[Any], dtype: str) -> Any:
         tensor = self._lib.InferInput(name, list(value.shape), dtype)
         tensor.set_data_from_numpy(value)
         return tensor

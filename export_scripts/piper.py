@@ -30,6 +30,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
@@ -153,9 +154,7 @@ def split_vocoder(model: onnx.ModelProto) -> onnx.ModelProto:
     graph.initializer.append(helper.make_tensor(axes, TensorProto.INT64, [1], [1]))
     graph.node.append(helper.make_node("Squeeze", [PIPER_WAVEFORM, axes], ["WAVEFORM"]))
     del graph.output[:]
-    graph.output.append(
-        helper.make_tensor_value_info("WAVEFORM", TensorProto.FLOAT, ["batch", "samples"])
-    )
+    graph.output.append(helper.make_tensor_value_info("WAVEFORM", TensorProto.FLOAT, ["batch", "samples"]))
     _set_dims(graph.input[0], ["batch", "channels", "frames"])
     graph.name = "vocoder"
     onnx.checker.check_model(part)
@@ -176,7 +175,9 @@ def _session(path_or_bytes: Path | bytes) -> ort.InferenceSession:
     return ort.InferenceSession(source, opts, providers=["CPUExecutionProvider"])
 
 
-def run_unsplit(original: ort.InferenceSession, ids: list[int], length_scale: float = 1.0) -> np.ndarray:
+def run_unsplit(
+    original: ort.InferenceSession, ids: list[int], length_scale: float = 1.0
+) -> npt.NDArray[np.float32]:
     """The reference: Piper's own graph, batch 1, noise off."""
     audio = original.run(
         None,

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import onnxruntime as ort
 import pytest
 import tritonclient.grpc as grpcclient
@@ -79,5 +80,5 @@ def phoneme_ids(text: str, voice: Voice, phonemizer: EspeakPhonemizer) -> list[i
     return voice.phonemes_to_ids(phonemizer.phonemize([normalize_english(text)])[0])
 
 
-def silence_free(audio: np.ndarray) -> float:
+def silence_free(audio: npt.NDArray[np.float32]) -> float:
     return float(np.sqrt(np.mean(np.square(audio))))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
@@ -30,7 +31,7 @@ def tts_inputs(lib: Any, text: str | bytes, **scalars: float | int) -> list[Any]
     return inputs
 
 
-def synthesize(client: Any, text: str | bytes, **scalars: Any) -> tuple[np.ndarray, int]:
+def synthesize(client: Any, text: str | bytes, **scalars: Any) -> tuple[npt.NDArray[np.float32], int]:
     lib = httpclient if isinstance(client, httpclient.InferenceServerClient) else grpcclient
     result = client.infer("tts", tts_inputs(lib, text, **scalars))
     audio = result.as_numpy("AUDIO").reshape(-1)

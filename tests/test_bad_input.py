@@ -51,18 +51,19 @@ def test_grpc_bad_request_is_invalid_argument(grpc, name, text, extra, expected)
 def test_bad_requests_do_not_harm_batched_neighbours(http) -> None:
     good_texts = ["The first good request.", "Another one that must succeed.", "And a third."]
     expected = [synthesize(http, t, **DETERMINISTIC)[0] for t in good_texts]
-    pending = []
+    pending: list[tuple[int | None, Any]] = []  # (index of the good text, or None if bad; handle)
     for i, (_, text, extra, _) in enumerate(BAD_REQUESTS):
-        pending.append(("bad", None, http.async_infer("tts", tts_inputs(httpclient, text, **extra))))
-        good = good_texts[i % len(good_texts)]
-        pending.append(("good", good, http.async_infer("tts", tts_inputs(httpclient, good, **DETERMINISTIC))))
-    for kind, text, handle in pending:
-        if kind == "bad":
+        pending.append((None, http.async_infer("tts", tts_inputs(httpclient, text, **extra))))
+        good = i % len(good_texts)
+        inputs = tts_inputs(httpclient, good_texts[good], **DETERMINISTIC)
+        pending.append((good, http.async_infer("tts", inputs)))
+    for good_index, handle in pending:
+        if good_index is None:
             with pytest.raises(InferenceServerException):
                 handle.get_result()
         else:
             audio = handle.get_result().as_numpy("AUDIO").reshape(-1)
-            np.testing.assert_allclose(audio, expected[good_texts.index(text)], atol=2e-4)
+            np.testing.assert_allclose(audio, expected[good_index], atol=2e-4)
     assert http.is_server_ready() and http.is_model_ready("tts")
     audio, _ = synthesize(http, "Still serving after all that.")
     assert len(audio) > 0

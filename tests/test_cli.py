@@ -19,9 +19,23 @@ def test_say_writes_a_playable_wav(server: TritonServer, tmp_path: Path, protoco
     url = server.http_url if protocol == "http" else server.grpc_url
     out = tmp_path / f"hello_{protocol}.wav"
     done = subprocess.run(
-        [*CLI, "say", "Hello from the command line.", "-o", str(out), "--url", url, "--protocol", protocol,
-         "--speed", "1.2"],
-        capture_output=True, text=True, timeout=120, check=False,
+        [
+            *CLI,
+            "say",
+            "Hello from the command line.",
+            "-o",
+            str(out),
+            "--url",
+            url,
+            "--protocol",
+            protocol,
+            "--speed",
+            "1.2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     info = sf.info(str(out))
@@ -32,9 +46,23 @@ def test_say_writes_a_playable_wav(server: TritonServer, tmp_path: Path, protoco
 def test_say_float_wav_and_voice_name(server: TritonServer, tmp_path: Path) -> None:
     out = tmp_path / "float.wav"
     done = subprocess.run(
-        [*CLI, "say", "Floating point.", "-o", str(out), "--url", server.http_url, "--format", "float",
-         "--voice", "joe"],
-        capture_output=True, text=True, timeout=120, check=False,
+        [
+            *CLI,
+            "say",
+            "Floating point.",
+            "-o",
+            str(out),
+            "--url",
+            server.http_url,
+            "--format",
+            "float",
+            "--voice",
+            "joe",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     assert sf.info(str(out)).subtype == "FLOAT"
@@ -43,12 +71,18 @@ def test_say_float_wav_and_voice_name(server: TritonServer, tmp_path: Path) -> N
 def test_say_reports_rejections_and_unreachable_servers(server: TritonServer, tmp_path: Path) -> None:
     rejected = subprocess.run(
         [*CLI, "say", "Hi.", "--speed", "0", "-o", str(tmp_path / "x.wav"), "--url", server.http_url],
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert rejected.returncode == 1 and "SPEED" in rejected.stderr
     unreachable = subprocess.run(
         [*CLI, "say", "Hi.", "-o", str(tmp_path / "y.wav"), "--url", f"localhost:{free_port()}"],
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert unreachable.returncode == 1 and "triton-tts:" in unreachable.stderr
     assert not (tmp_path / "x.wav").exists() and not (tmp_path / "y.wav").exists()

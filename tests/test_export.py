@@ -43,7 +43,10 @@ def test_voice_description(exported: Path) -> None:
 
 
 def test_halves_reproduce_the_unsplit_graph(exported: Path, phonemizer, voice) -> None:
-    ids = [voice.phonemes_to_ids(p) for p in phonemizer.phonemize(["Hello there.", "A longer test, with a pause."])]
+    ids = [
+        voice.phonemes_to_ids(p)
+        for p in phonemizer.phonemize(["Hello there.", "A longer test, with a pause."])
+    ]
     assert verify_split(bundled_joe_paths()[0], exported, ids) <= 1e-5
 
 

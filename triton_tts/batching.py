@@ -11,8 +11,10 @@ Triton's dynamic batcher only joins requests whose shapes match. Two tools here:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 # Geometric buckets (x1.5 / x1.33 steps): at most ~50% padding, a handful of shapes.
 PHONEME_BUCKETS = (32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
@@ -25,7 +27,7 @@ def bucket_length(length: int, buckets: Sequence[int] = PHONEME_BUCKETS) -> int:
     return length
 
 
-def pad_stack(rows: Sequence[np.ndarray], fill: float | int = 0) -> np.ndarray:
+def pad_stack(rows: Sequence[npt.NDArray[Any]], fill: float = 0) -> npt.NDArray[Any]:
     """Stack 1-D (or [C, T]) arrays along a new batch axis, padding the last axis."""
     longest = max(r.shape[-1] for r in rows)
     out = np.full((len(rows), *rows[0].shape[:-1], longest), fill, dtype=rows[0].dtype)

@@ -1,9 +1,9 @@
 """The ``triton-tts`` command: prepare voices, build the repository, serve, and speak.
 
-    triton-tts serve                      # export the default voice if needed, build, serve
-    triton-tts say "Hello." -o hello.wav  # through a running server (HTTP or gRPC)
-    triton-tts export piper --out voices/joe
-    triton-tts build-repo --voice voices/joe
+triton-tts serve                      # export the default voice if needed, build, serve
+triton-tts say "Hello." -o hello.wav  # through a running server (HTTP or gRPC)
+triton-tts export piper --out voices/joe
+triton-tts build-repo --voice voices/joe
 """
 
 from __future__ import annotations
@@ -74,8 +74,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             "\ntriton-tts is ready (warm-up done).\n"
             f"  HTTP    localhost:{args.http_port}   gRPC localhost:{args.grpc_port}"
             f"   metrics http://localhost:{args.metrics_port}/metrics\n"
-            f'  speak:  triton-tts say "Hello from Triton." -o hello.wav\n'
-            f'          triton-tts say "Hello." --protocol grpc --url localhost:{args.grpc_port} -o hello.wav\n'
+            f'  speak:  triton-tts say "Hello from Triton." -o hello.wav --url localhost:{args.http_port}\n'
+            f"          triton-tts say 'Hello.' --protocol grpc --url localhost:{args.grpc_port} -o hi.wav\n"
             "  Ctrl-C stops the server.\n",
             flush=True,
         )
@@ -98,7 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     defaults = argparse.ArgumentDefaultsHelpFormatter
 
-    serve = sub.add_parser("serve", help="build the repository and run tritonserver", formatter_class=defaults)
+    serve = sub.add_parser(
+        "serve", help="build the repository and run tritonserver", formatter_class=defaults
+    )
     serve.add_argument("--voice", type=Path, default=DEFAULT_VOICE_DIR, help="voice folder")
     serve.add_argument("--model-repository", type=Path, default=DEFAULT_REPOSITORY)
     serve.add_argument("--http-port", type=int, default=8000)
@@ -124,7 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
     piper.add_argument("--out", type=Path, required=True, help="voice folder to write")
     piper.set_defaults(func=cmd_export_piper)
 
-    build = sub.add_parser("build-repo", help="put a voice into the model repository", formatter_class=defaults)
+    build = sub.add_parser(
+        "build-repo", help="put a voice into the model repository", formatter_class=defaults
+    )
     build.add_argument("--voice", type=Path, default=DEFAULT_VOICE_DIR, help="voice folder")
     build.add_argument("--out", type=Path, default=DEFAULT_REPOSITORY, help="repository to fill")
     build.set_defaults(func=cmd_build_repo)

@@ -12,6 +12,7 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 ASR_SAMPLE_RATE = 16_000  # the bundled en-US acoustic model's rate
 
@@ -23,7 +24,7 @@ def _decoder() -> Any:
     return Decoder(samprate=ASR_SAMPLE_RATE, loglevel="FATAL")
 
 
-def transcribe(audio: np.ndarray, sample_rate: int) -> str:
+def transcribe(audio: npt.NDArray[np.float32], sample_rate: int) -> str:
     import soxr
 
     speech = soxr.resample(np.asarray(audio, dtype=np.float32), sample_rate, ASR_SAMPLE_RATE)

@@ -30,8 +30,9 @@ WARMUP_IDS_LENGTH = 64  # must match dims in acoustic/config.pbtxt model_warmup
 
 def _place(source: Path, target: Path) -> None:
     """Hard-link (cheap, same disk) or copy, skipping files that are already current."""
-    if target.exists() and target.stat().st_size == source.stat().st_size:
-        if target.stat().st_mtime >= source.stat().st_mtime:
+    if target.exists():
+        old, new = target.stat(), source.stat()
+        if target.samefile(source) or (old.st_size == new.st_size and old.st_mtime >= new.st_mtime):
             return
     target.parent.mkdir(parents=True, exist_ok=True)
     target.unlink(missing_ok=True)

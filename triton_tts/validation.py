@@ -28,9 +28,7 @@ def decode_text(raw: bytes | str) -> str:
     else:
         text = raw
     if len(text) > MAX_TEXT_CHARS:
-        raise InvalidRequest(
-            f"TEXT has {len(text)} characters; the limit is {MAX_TEXT_CHARS} per request"
-        )
+        raise InvalidRequest(f"TEXT has {len(text)} characters; the limit is {MAX_TEXT_CHARS} per request")
     # Control and format characters (Cc, Cf) carry nothing to say; line breaks become spaces.
     cleaned = "".join(
         " " if ch in "\n\r\t" else ch
@@ -60,7 +58,5 @@ def check_noise(name: str, value: float) -> float:
 def check_speaker(speaker_id: int, num_speakers: int, voice: str) -> int:
     if not 0 <= speaker_id < num_speakers:
         known = "0" if num_speakers == 1 else f"0..{num_speakers - 1}"
-        raise InvalidRequest(
-            f"unknown SPEAKER_ID {speaker_id}: voice '{voice}' has speakers {known}"
-        )
+        raise InvalidRequest(f"unknown SPEAKER_ID {speaker_id}: voice '{voice}' has speakers {known}")
     return speaker_id

@@ -36,8 +36,12 @@ class TritonPythonModel:
     def execute(self, requests: list[Any]) -> list[Any]:
         ids, scales = [], []
         for request in requests:
-            length = int(pb_utils.get_input_tensor_by_name(request, "PHONEME_LENGTH").as_numpy().reshape(-1)[0])
-            ids.append(pb_utils.get_input_tensor_by_name(request, "PHONEME_IDS").as_numpy().reshape(-1)[:length])
+            length = int(
+                pb_utils.get_input_tensor_by_name(request, "PHONEME_LENGTH").as_numpy().reshape(-1)[0]
+            )
+            ids.append(
+                pb_utils.get_input_tensor_by_name(request, "PHONEME_IDS").as_numpy().reshape(-1)[:length]
+            )
             scales.append(pb_utils.get_input_tensor_by_name(request, "SCALES").as_numpy().reshape(3))
         responses: list[Any] = [None] * len(requests)
         for group in plan_sub_batches([len(x) for x in ids], self.max_padded):

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import triton_python_backend_utils as pb_utils
 
 from triton_tts.batching import bucket_length
@@ -55,7 +56,7 @@ class TritonPythonModel:
             f"buckets {'on' if self.bucketed else 'off'}"
         )
 
-    def _read(self, request: Any) -> tuple[str, np.ndarray]:
+    def _read(self, request: Any) -> tuple[str, npt.NDArray[np.float32]]:
         raw = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy().reshape(-1)
         if raw.size != 1:
             raise InvalidRequest(f"TEXT must hold one string per request, got {raw.size}")
@@ -73,7 +74,7 @@ class TritonPythonModel:
     def execute(self, requests: list[Any]) -> list[Any]:
         responses: list[Any] = [None] * len(requests)
         texts: list[str] = []
-        accepted: list[tuple[int, np.ndarray]] = []
+        accepted: list[tuple[int, npt.NDArray[np.float32]]] = []
         for i, request in enumerate(requests):
             try:
                 text, scales = self._read(request)
@@ -101,13 +102,11 @@ class TritonPythonModel:
         return responses
 
 
-def check_voice(names: np.ndarray, served: str) -> None:
+def check_voice(names: npt.NDArray[np.object_], served: str) -> None:
     name = names[0].decode("utf-8", "replace") if names.size == 1 else ""
     if name not in ("", served):
         raise InvalidRequest(f"unknown VOICE '{name}': this server serves '{served}'")
 
 
 def _error(message: str) -> Any:
-    return pb_utils.InferenceResponse(
-        error=pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG)
-    )
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG))

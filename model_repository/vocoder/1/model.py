@@ -35,9 +35,9 @@ class TritonPythonModel:
         responses: list[Any] = [None] * len(requests)
         for group in plan_sub_batches([x.shape[-1] for x in latents], self.max_padded):
             try:
-                waveform = self.session.run(
-                    ["WAVEFORM"], {"LATENT": pad_stack([latents[i] for i in group])}
-                )[0]
+                waveform = self.session.run(["WAVEFORM"], {"LATENT": pad_stack([latents[i] for i in group])})[
+                    0
+                ]
             except Exception as err:  # one failing group must not take the others down
                 for i in group:
                     responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(f"vocoder: {err}"))
@@ -46,6 +46,8 @@ class TritonPythonModel:
             for row, i in enumerate(group):
                 samples = latents[i].shape[-1] * hop
                 responses[i] = pb_utils.InferenceResponse(
-                    output_tensors=[pb_utils.Tensor("WAVEFORM", np.ascontiguousarray(waveform[row : row + 1, :samples]))]
+                    output_tensors=[
+                        pb_utils.Tensor("WAVEFORM", np.ascontiguousarray(waveform[row : row + 1, :samples]))
+                    ]
                 )
         return responses
