@@ -8,7 +8,8 @@ that the HiFi-GAN-style decoder (``/dec/...``) consumes.
 Graph surgery done here:
 - acoustic: inputs renamed to PHONEME_IDS / PHONEME_LENGTH, and ``scales`` (shape [3]
   as shipped, one set for the whole batch) replaced by SCALES [B,3], so each request in a
-  batch keeps its own speed and noise settings; outputs LATENT and FRAME_COUNT.
+  batch keeps its own speed and noise settings; outputs LATENT (frame axis zero-padded
+  to a multiple of FRAME_MULTIPLE) and FRAME_COUNT (the true frames per item).
 - vocoder: LATENT -> WAVEFORM [B, samples].
 
 Example::
@@ -35,6 +36,13 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
+from triton_tts.export.graph_surgery import (
+    expose_output,
+    expose_padded_output,
+    rename_input,
+    runtime_inputs,
+    set_dims,
+)
 from triton_tts.voice import ACOUSTIC_FILE, VOCODER_FILE, Voice
 
 log = logging.getLogger(__name__)
@@ -48,38 +56,10 @@ PIPER_SPEAKER = "sid"
 
 HOP_LENGTH = 256  # Piper VITS decoder upsampling product (8*8*2*2)
 SCALE_COLUMNS = 3  # noise_scale, length_scale, noise_w
-VERIFY_ATOL = 1e-5  # the split must reproduce the unsplit graph with noise off
-
-
-def _rename_input(graph: onnx.GraphProto, old: str, new: str) -> None:
-    for node in graph.node:
-        for i, name in enumerate(node.input):
-            if name == old:
-                node.input[i] = new
-    for value in graph.input:
-        if value.name == old:
-            value.name = new
-
-
-def _name_output(
-    graph: onnx.GraphProto, internal: str, public: str, dtype: int, dims: list[str | int]
-) -> None:
-    """Expose an internal tensor under a public name (Identity keeps the graph intact)."""
-    graph.node.append(helper.make_node("Identity", [internal], [public], name=f"expose_{public}"))
-    for i, value in enumerate(graph.output):
-        if value.name == internal:
-            graph.output[i].CopyFrom(helper.make_tensor_value_info(public, dtype, dims))
-
-
-def _set_dims(value: onnx.ValueInfoProto, dims: list[str | int]) -> None:
-    shape = value.type.tensor_type.shape
-    del shape.dim[:]
-    for d in dims:
-        dim = shape.dim.add()
-        if isinstance(d, int):
-            dim.dim_value = d
-        else:
-            dim.dim_param = d
+VERIFY_ATOL = 1e-5
+# LATENT's frame axis is padded to a multiple of this (64 frames = 0.74 s at 22,050 Hz),
+# so native GPU vocoders see a few shared shapes they can batch. CPU models trim it off.
+FRAME_MULTIPLE = 64  # the split must reproduce the unsplit graph with noise off
 
 
 def _batch_the_scales(graph: onnx.GraphProto) -> None:
@@ -114,33 +94,27 @@ def _batch_the_scales(graph: onnx.GraphProto) -> None:
     for value in graph.input:
         if value.name == PIPER_SCALES:
             value.name = "SCALES"
-            _set_dims(value, ["batch", SCALE_COLUMNS])
-
-
-def _runtime_inputs(model: onnx.ModelProto) -> set[str]:
-    # Old exporters list initializers among graph inputs (Piper's has one named "sid").
-    weights = {t.name for t in model.graph.initializer}
-    return {i.name for i in model.graph.input if i.name not in weights}
+            set_dims(value, ["batch", SCALE_COLUMNS])
 
 
 def split_acoustic(model: onnx.ModelProto) -> onnx.ModelProto:
     inputs = [PIPER_IDS, PIPER_LENGTHS, PIPER_SCALES]
-    if PIPER_SPEAKER in _runtime_inputs(model):
+    if PIPER_SPEAKER in runtime_inputs(model):
         inputs.append(PIPER_SPEAKER)
     part = onnx.utils.Extractor(model).extract_model(inputs, [PIPER_LATENT, PIPER_FRAME_COUNT])
     graph = part.graph
     _batch_the_scales(graph)
-    _rename_input(graph, PIPER_IDS, "PHONEME_IDS")
-    _rename_input(graph, PIPER_LENGTHS, "PHONEME_LENGTH")
+    rename_input(graph, PIPER_IDS, "PHONEME_IDS")
+    rename_input(graph, PIPER_LENGTHS, "PHONEME_LENGTH")
     if PIPER_SPEAKER in inputs:
-        _rename_input(graph, PIPER_SPEAKER, "SPEAKER_ID")
-    _name_output(graph, PIPER_LATENT, "LATENT", TensorProto.FLOAT, ["batch", "channels", "frames"])
-    _name_output(graph, PIPER_FRAME_COUNT, "FRAME_COUNT", TensorProto.INT64, ["batch"])
+        rename_input(graph, PIPER_SPEAKER, "SPEAKER_ID")
+    expose_padded_output(graph, PIPER_LATENT, "LATENT", FRAME_MULTIPLE, ["batch", "channels", "frames"])
+    expose_output(graph, PIPER_FRAME_COUNT, "FRAME_COUNT", TensorProto.INT64, ["batch"])
     for value in graph.input:
         if value.name == "PHONEME_IDS":
-            _set_dims(value, ["batch", "phonemes"])
+            set_dims(value, ["batch", "phonemes"])
         elif value.name in ("PHONEME_LENGTH", "SPEAKER_ID"):
-            _set_dims(value, ["batch"])
+            set_dims(value, ["batch"])
     graph.name = "acoustic"
     onnx.checker.check_model(part)
     return part
@@ -149,13 +123,13 @@ def split_acoustic(model: onnx.ModelProto) -> onnx.ModelProto:
 def split_vocoder(model: onnx.ModelProto) -> onnx.ModelProto:
     part = onnx.utils.Extractor(model).extract_model([PIPER_LATENT], [PIPER_WAVEFORM])
     graph = part.graph
-    _rename_input(graph, PIPER_LATENT, "LATENT")
+    rename_input(graph, PIPER_LATENT, "LATENT")
     axes = "waveform_channel_axis"
     graph.initializer.append(helper.make_tensor(axes, TensorProto.INT64, [1], [1]))
     graph.node.append(helper.make_node("Squeeze", [PIPER_WAVEFORM, axes], ["WAVEFORM"]))
     del graph.output[:]
     graph.output.append(helper.make_tensor_value_info("WAVEFORM", TensorProto.FLOAT, ["batch", "samples"]))
-    _set_dims(graph.input[0], ["batch", "channels", "frames"])
+    set_dims(graph.input[0], ["batch", "channels", "frames"])
     graph.name = "vocoder"
     onnx.checker.check_model(part)
     return part
@@ -198,7 +172,6 @@ def verify_split(original_onnx: Path, voice_dir: Path, sentences_ids: list[list[
     original = _session(original_onnx)
     acoustic = _session(voice_dir / ACOUSTIC_FILE)
     vocoder = _session(voice_dir / VOCODER_FILE)
-    voice = Voice.load(voice_dir)
     worst = 0.0
     for ids in sentences_ids:
         reference = run_unsplit(original, ids)
@@ -210,8 +183,9 @@ def verify_split(original_onnx: Path, voice_dir: Path, sentences_ids: list[list[
                 "SCALES": np.array([[0.0, 1.0, 0.0]], dtype=np.float32),
             },
         )
-        audio = vocoder.run(["WAVEFORM"], {"LATENT": latent})[0][0]
-        audio = audio[: int(frames[0]) * voice.hop_length]
+        count = int(frames[0])
+        # Trimmed to the true frames, as the CPU models serve it: bit-exact with Piper.
+        audio = vocoder.run(["WAVEFORM"], {"LATENT": latent[:, :, :count]})[0][0]
         if audio.shape != reference.shape:
             raise AssertionError(f"split length {audio.shape} != unsplit {reference.shape}")
         worst = max(worst, float(np.max(np.abs(audio - reference))))

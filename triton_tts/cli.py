@@ -14,8 +14,9 @@ import sys
 from pathlib import Path
 
 from triton_tts.client.cli import add_say_arguments, say
+from triton_tts.model_configs import BuildOptions
 from triton_tts.repository import DEFAULT_REPOSITORY, DEFAULT_VOICE_DIR, build_repository
-from triton_tts.voice import VOICE_FILE
+from triton_tts.voice import VOICE_FILE, Voice
 
 log = logging.getLogger("triton_tts")
 
@@ -33,9 +34,37 @@ def ensure_default_voice(voice_dir: Path) -> None:
     export_piper_voice(onnx_path, config_path, voice_dir)
 
 
+def add_build_options(parser: argparse.ArgumentParser) -> None:
+    """Tuning knobs rendered into the configs (see triton_tts/model_configs.py)."""
+    d = BuildOptions()
+    group = parser.add_argument_group("repository build options")
+    group.add_argument("--max-batch-size", type=int, default=d.max_batch_size)
+    group.add_argument("--acoustic-instances", type=int, default=d.acoustic_instances, help="CPU")
+    group.add_argument("--vocoder-instances", type=int, default=d.vocoder_instances, help="CPU")
+    group.add_argument("--acoustic-threads", default=d.acoustic_threads, help="intra-op, or auto")
+    group.add_argument("--vocoder-threads", default=d.vocoder_threads, help="intra-op, or auto")
+    group.add_argument("--queue-delay-us", type=int, default=d.queue_delay_us, help="CPU batcher")
+    group.add_argument("--gpu-instances", type=int, default=d.gpu_instances, help="per GPU model")
+    group.add_argument("--gpu-queue-delay-us", type=int, default=d.gpu_queue_delay_us)
+
+
+def build_options(args: argparse.Namespace, voice_dir: Path) -> BuildOptions:
+    return BuildOptions(
+        max_batch_size=args.max_batch_size,
+        acoustic_instances=args.acoustic_instances,
+        vocoder_instances=args.vocoder_instances,
+        acoustic_threads=str(args.acoustic_threads),
+        vocoder_threads=str(args.vocoder_threads),
+        queue_delay_us=args.queue_delay_us,
+        gpu_instances=args.gpu_instances,
+        gpu_queue_delay_us=args.gpu_queue_delay_us,
+        latent_channels=Voice.load(voice_dir).latent_channels,
+    )
+
+
 def cmd_build_repo(args: argparse.Namespace) -> int:
     ensure_default_voice(args.voice)
-    build_repository(args.voice, args.out)
+    build_repository(args.voice, args.out, build_options(args, args.voice))
     return 0
 
 
@@ -58,7 +87,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     if not args.no_build:
         ensure_default_voice(args.voice)
-        build_repository(args.voice, args.model_repository)
+        build_repository(args.voice, args.model_repository, build_options(args, args.voice))
     server = TritonServer(
         args.model_repository,
         http_port=args.http_port,
@@ -111,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--log-verbose", type=int, default=0, help="tritonserver --log-verbose")
     serve.add_argument("--no-build", action="store_true", help="serve the repository as it is")
+    add_build_options(serve)
     serve.set_defaults(func=cmd_serve)
 
     say_parser = sub.add_parser("say", help="synthesise a text to a WAV file", formatter_class=defaults)
@@ -131,6 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     build.add_argument("--voice", type=Path, default=DEFAULT_VOICE_DIR, help="voice folder")
     build.add_argument("--out", type=Path, default=DEFAULT_REPOSITORY, help="repository to fill")
+    add_build_options(build)
     build.set_defaults(func=cmd_build_repo)
     return parser
 

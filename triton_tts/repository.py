@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from triton_tts.batching import bucket_length
+from triton_tts import model_configs
+from triton_tts.model_configs import WARMUP_IDS_LENGTH, BuildOptions
 from triton_tts.voice import ACOUSTIC_FILE, VOCODER_FILE, VOICE_FILE, Voice
 
 log = logging.getLogger(__name__)
@@ -23,9 +24,8 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_REPOSITORY = PROJECT_ROOT / "model_repository"
 DEFAULT_VOICE_DIR = PROJECT_ROOT / "voices" / "joe"
 WARMUP_TEXT = "Warming up the voice, so that the first request is fast."
-# phonemes of WARMUP_TEXT are not needed: the acoustic warm-up only has to be realistic.
+# WARMUP_TEXT in IPA, typed in so that building a repository needs no espeak-ng.
 WARMUP_PHONEMES = "wˈɔːɹmɪŋ ˈʌp ðə vˈɔɪs, sˌoʊ ðæt ðə fˈɜːst ɹɪkwˈɛst ɪz fˈæst."
-WARMUP_IDS_LENGTH = 64  # must match dims in acoustic/config.pbtxt model_warmup
 
 
 def _place(source: Path, target: Path) -> None:
@@ -52,20 +52,26 @@ def write_warmup_data(repo: Path, voice: Voice) -> None:
     (repo / "preprocess" / "warmup").mkdir(parents=True, exist_ok=True)
     (repo / "preprocess" / "warmup" / "TEXT").write_bytes(_serialize_bytes(WARMUP_TEXT))
     ids = voice.phonemes_to_ids(WARMUP_PHONEMES)[:WARMUP_IDS_LENGTH]
-    padded = np.zeros(bucket_length(WARMUP_IDS_LENGTH), dtype=np.int64)
+    padded = np.full(WARMUP_IDS_LENGTH, voice.symbols["_"][0], dtype=np.int64)
     padded[: len(ids)] = ids
     warm = repo / "acoustic" / "warmup"
     warm.mkdir(parents=True, exist_ok=True)
-    (warm / "PHONEME_IDS").write_bytes(padded[:WARMUP_IDS_LENGTH].tobytes())
+    (warm / "PHONEME_IDS").write_bytes(padded.tobytes())
     (warm / "PHONEME_LENGTH").write_bytes(np.array([len(ids)], np.int64).tobytes())
     scales = np.array([0.0, voice.length_scale, 0.0], np.float32)
     (warm / "SCALES").write_bytes(scales.tobytes())
 
 
-def build_repository(voice_dir: Path = DEFAULT_VOICE_DIR, repo: Path = DEFAULT_REPOSITORY) -> Path:
-    """Put ``voice_dir`` into ``repo`` (copying the committed repository first if elsewhere)."""
+def build_repository(
+    voice_dir: Path = DEFAULT_VOICE_DIR,
+    repo: Path = DEFAULT_REPOSITORY,
+    options: BuildOptions | None = None,
+) -> Path:
+    """Put ``voice_dir`` into ``repo`` (copying the committed model code first if elsewhere)
+    and render every config for ``options`` (default: the committed defaults)."""
     voice_dir, repo = Path(voice_dir), Path(repo)
     voice = Voice.load(voice_dir)
+    options = options or BuildOptions(latent_channels=voice.latent_channels)
     if repo.resolve() != DEFAULT_REPOSITORY.resolve():
         shutil.copytree(
             DEFAULT_REPOSITORY,
@@ -73,6 +79,7 @@ def build_repository(voice_dir: Path = DEFAULT_VOICE_DIR, repo: Path = DEFAULT_R
             dirs_exist_ok=True,
             ignore=shutil.ignore_patterns("*.onnx", "*.plan", "__pycache__", "warmup", VOICE_FILE),
         )
+    model_configs.write(repo, options)
     _place(voice_dir / ACOUSTIC_FILE, repo / "acoustic" / "1" / "model.onnx")
     _place(voice_dir / VOCODER_FILE, repo / "vocoder" / "1" / "model.onnx")
     for model in ("preprocess", "postprocess"):
