@@ -74,3 +74,37 @@ def test_threads_never_oversubscribe() -> None:
     assert resolve_threads("auto", 1) == available_cores()
     assert resolve_threads("auto", available_cores() * 4) == 1
     assert resolve_threads("3", 1) == 3
+
+
+def test_runners_give_the_same_audio_alone_or_padded_together(voice_dir, phonemizer, voice) -> None:
+    """The CPU stages' in-model batching: padded runs of several items equal runs of one."""
+    from triton_tts.stages import AcousticRunner, RunFailed, VocoderRunner
+
+    texts = ["Short.", "A somewhat longer sentence for padding.", "Medium length, this one."]
+    ids = [np.array(voice.phonemes_to_ids(p), dtype=np.int64) for p in phonemizer.phonemize(texts)]
+    scales = [np.array([0.0, s, 0.0], dtype=np.float32) for s in (1.0, 0.8, 1.3)]
+    outputs = []
+    for items in (1, 3):
+        acoustic = AcousticRunner(voice_dir / "acoustic.onnx", 1, max_items_per_run=items, max_padded=8192)
+        vocoder = VocoderRunner(voice_dir / "vocoder.onnx", 1, max_items_per_run=items, max_padded=4000)
+        latents = acoustic.run(ids, scales)
+        assert not any(isinstance(x, RunFailed) for x in latents)
+        waves = vocoder.run([x[0] for x in latents if not isinstance(x, RunFailed)])
+        outputs.append(waves)
+    for alone, together in zip(*outputs, strict=True):
+        assert isinstance(alone, np.ndarray) and isinstance(together, np.ndarray)
+        assert alone.shape == together.shape
+        np.testing.assert_allclose(together, alone, atol=2e-4)
+
+
+def test_a_failing_run_fails_only_its_own_requests(voice_dir) -> None:
+    from triton_tts.stages import RunFailed, VocoderRunner
+
+    vocoder = VocoderRunner(voice_dir / "vocoder.onnx", 1, max_items_per_run=1, max_padded=4000)
+    good = np.zeros((192, 20), dtype=np.float32)
+    wrong_channels = np.zeros((7, 20), dtype=np.float32)
+    results = vocoder.run([good, wrong_channels, good])
+    assert isinstance(results[1], RunFailed) and "vocoder failed" in results[1].message
+    for i in (0, 2):
+        ok = results[i]
+        assert isinstance(ok, np.ndarray) and ok.shape == (20 * 256,)

@@ -36,14 +36,18 @@ def pad_stack(rows: Sequence[npt.NDArray[Any]], fill: float = 0) -> npt.NDArray[
     return out
 
 
-def plan_sub_batches(lengths: Sequence[int], max_padded: int) -> list[list[int]]:
-    """Group indices by length so that len(group) * longest <= max_padded (one item always fits)."""
+def plan_sub_batches(
+    lengths: Sequence[int], max_padded: int, max_items: int | None = None
+) -> list[list[int]]:
+    """Group indices by length: at most ``max_items`` per group and
+    len(group) * longest <= max_padded (a single item always forms a group)."""
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
     groups: list[list[int]] = []
     current: list[int] = []
+    limit = max_items or len(lengths)
     for index in order:
         longest = lengths[index]  # sorted ascending: the newest item is the longest
-        if current and (len(current) + 1) * longest > max_padded:
+        if current and ((len(current) + 1) * longest > max_padded or len(current) >= limit):
             groups.append(current)
             current = []
         current.append(index)

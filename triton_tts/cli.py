@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 from pathlib import Path
 
@@ -44,6 +45,8 @@ def add_build_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--acoustic-threads", default=d.acoustic_threads, help="intra-op, or auto")
     group.add_argument("--vocoder-threads", default=d.vocoder_threads, help="intra-op, or auto")
     group.add_argument("--queue-delay-us", type=int, default=d.queue_delay_us, help="CPU batcher")
+    group.add_argument("--vocoder-items-per-run", type=int, default=d.vocoder_items_per_run, help="CPU")
+    group.add_argument("--acoustic-items-per-run", type=int, default=d.acoustic_items_per_run, help="CPU")
     group.add_argument("--gpu-instances", type=int, default=d.gpu_instances, help="per GPU model")
     group.add_argument("--gpu-queue-delay-us", type=int, default=d.gpu_queue_delay_us)
 
@@ -56,6 +59,8 @@ def build_options(args: argparse.Namespace, voice_dir: Path) -> BuildOptions:
         acoustic_threads=str(args.acoustic_threads),
         vocoder_threads=str(args.vocoder_threads),
         queue_delay_us=args.queue_delay_us,
+        vocoder_items_per_run=args.vocoder_items_per_run,
+        acoustic_items_per_run=args.acoustic_items_per_run,
         gpu_instances=args.gpu_instances,
         gpu_queue_delay_us=args.gpu_queue_delay_us,
         latent_channels=Voice.load(voice_dir).latent_channels,
@@ -82,9 +87,18 @@ def cmd_export_piper(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stop_on_signal(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from triton_tts.server import TritonServer
 
+    # Ctrl-C, `kill` and Kubernetes all stop the server the same way: Triton drains
+    # in-flight requests, then exits. Installed explicitly, since a shell may start us
+    # with SIGINT ignored (background jobs), and SIGTERM would otherwise orphan Triton.
+    signal.signal(signal.SIGINT, _stop_on_signal)
+    signal.signal(signal.SIGTERM, _stop_on_signal)
     if not args.no_build:
         ensure_default_voice(args.voice)
         build_repository(args.voice, args.model_repository, build_options(args, args.voice))

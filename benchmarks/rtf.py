@@ -1,0 +1,184 @@
+"""Real-time factor of the served voice: one request at a time, and N concurrent streams.
+
+RTF = seconds spent synthesising / seconds of audio produced (lower is better; 0.05 means
+20x faster than real time). Measured through a real tritonserver with tritonclient, next
+to Piper's unsplit graph run directly with onnxruntime in this process as a reference.
+
+    python benchmarks/rtf.py                        # starts its own server on free ports
+    python benchmarks/rtf.py --url localhost:8000   # against a running server
+    python benchmarks/rtf.py --rounds 1 --concurrency 2   # smoke run
+
+Writes results/rtf.json and prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import platform
+import threading
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from triton_tts.client import TTSClient
+from triton_tts.onnx_session import available_cores
+
+SENTENCES = [
+    "Thanks for calling.",
+    "Your order has shipped and should arrive on Thursday.",
+    "Please hold while I transfer you to the billing department.",
+    "The quarterly report shows steady growth in every region except the north, where sales fell slightly.",
+    "Turn left in two hundred meters.",
+    "We have updated our privacy policy; you can read the changes on our website at any time.",
+    "Good morning!",
+    "If you would like to hear these options again, press nine, or stay on the line for an agent.",
+]
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q))
+
+
+def single_stream(client: TTSClient, rounds: int) -> dict[str, float]:
+    spent = audio = 0.0
+    latencies = []
+    for _ in range(rounds):
+        for text in SENTENCES:
+            start = time.perf_counter()
+            result = client.synthesize(text)
+            elapsed = time.perf_counter() - start
+            spent += elapsed
+            audio += result.duration_s
+            latencies.append(elapsed)
+    return {
+        "rtf": spent / audio,
+        "x_real_time": audio / spent,
+        "latency_p50_s": percentile(latencies, 50),
+        "latency_p99_s": percentile(latencies, 99),
+        "requests": len(latencies),
+    }
+
+
+def concurrent_streams(url: str, protocol: str, concurrency: int, rounds: int) -> dict[str, float]:
+    latencies: list[float] = []
+    audio_total = [0.0]
+    lock = threading.Lock()
+
+    def worker(offset: int) -> None:
+        with TTSClient(url, protocol) as client:  # tritonclient clients are not shared across threads
+            for r in range(rounds):
+                for i in range(len(SENTENCES)):
+                    text = SENTENCES[(i + offset + r) % len(SENTENCES)]
+                    start = time.perf_counter()
+                    result = client.synthesize(text)
+                    elapsed = time.perf_counter() - start
+                    with lock:
+                        latencies.append(elapsed)
+                        audio_total[0] += result.duration_s
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(concurrency)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - start
+    return {
+        "rtf": wall / audio_total[0],
+        "x_real_time": audio_total[0] / wall,
+        "latency_p50_s": percentile(latencies, 50),
+        "latency_p99_s": percentile(latencies, 99),
+        "requests": len(latencies),
+        "concurrency": concurrency,
+    }
+
+
+def direct_onnxruntime(rounds: int) -> dict[str, float]:
+    """Piper's unsplit graph in this process, batch 1, all cores: the no-server reference."""
+    import onnxruntime as ort
+
+    from triton_tts.export.piper import bundled_joe_paths
+    from triton_tts.text.normalize import normalize_english
+    from triton_tts.text.phonemize import EspeakPhonemizer
+    from triton_tts.voice import Voice
+
+    onnx_path, _ = bundled_joe_paths()
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = available_cores()
+    opts.log_severity_level = 3
+    session = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
+    voice = Voice.load(Path(__file__).resolve().parent.parent / "voices" / "joe")
+    phonemizer = EspeakPhonemizer(voice.phonemizer_language)
+    spent = audio = 0.0
+    for _ in range(rounds):
+        for text in SENTENCES:
+            start = time.perf_counter()
+            ids = voice.phonemes_to_ids(phonemizer.phonemize([normalize_english(text)])[0])
+            wav = session.run(
+                None,
+                {
+                    "input": np.array([ids], dtype=np.int64),
+                    "input_lengths": np.array([len(ids)], dtype=np.int64),
+                    "scales": np.array([voice.noise_scale, 1.0, voice.noise_w], dtype=np.float32),
+                },
+            )[0]
+            spent += time.perf_counter() - start
+            audio += wav.size / voice.sample_rate
+    return {"rtf": spent / audio, "x_real_time": audio / spent}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url", help="running server (default: start one on free ports)")
+    parser.add_argument("--protocol", choices=["http", "grpc"], default="grpc")
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=3, help="passes over the sentence set")
+    parser.add_argument("--out", type=Path, default=Path("results/rtf.json"))
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+
+    with ExitStack() as stack:
+        url = args.url
+        if url is None:
+            from triton_tts.cli import ensure_default_voice
+            from triton_tts.repository import DEFAULT_VOICE_DIR, build_repository
+            from triton_tts.server import TritonServer, free_port
+
+            ensure_default_voice(DEFAULT_VOICE_DIR)
+            repo = build_repository(DEFAULT_VOICE_DIR)
+            server = stack.enter_context(
+                TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port())
+            )
+            url = server.grpc_url if args.protocol == "grpc" else server.http_url
+        client = stack.enter_context(TTSClient(url, args.protocol))
+        client.synthesize(SENTENCES[0])  # connection set-up is not synthesis time
+        results = {
+            "machine": f"{platform.processor() or platform.machine()}, {available_cores()} cores",
+            "protocol": args.protocol,
+            "direct_onnxruntime_batch1": direct_onnxruntime(args.rounds),
+            "served_single": single_stream(client, args.rounds),
+            "served_concurrent": concurrent_streams(url, args.protocol, args.concurrency, args.rounds),
+        }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2), encoding="utf-8")
+    print(f"\n| setting | RTF | x real time | p50 latency | p99 latency |  ({results['machine']})")
+    print("|---|---|---|---|---|")
+    rows = [
+        ("direct onnxruntime, batch 1 (reference)", results["direct_onnxruntime_batch1"]),
+        ("triton-tts, 1 request at a time", results["served_single"]),
+        (f"triton-tts, {args.concurrency} concurrent", results["served_concurrent"]),
+    ]
+    for name, r in rows:
+        p50 = f"{r['latency_p50_s']:.3f} s" if "latency_p50_s" in r else "-"
+        p99 = f"{r['latency_p99_s']:.3f} s" if "latency_p99_s" in r else "-"
+        print(f"| {name} | {r['rtf']:.4f} | {r['x_real_time']:.1f} | {p50} | {p99} |")
+    return results
+
+
+if __name__ == "__main__":
+    main()
