@@ -45,7 +45,7 @@ lint: setup
 
 # Each Triton model is a module called "model", so they are checked one at a time.
 typecheck: setup
-	$(BIN)/mypy triton_tts tests
+	$(BIN)/mypy triton_tts tests benchmarks
 	@for f in model_repository/*/1/model.py; do echo "mypy $$f"; $(BIN)/mypy --no-error-summary $$f || exit 1; done
 
 test: setup

@@ -1,0 +1,129 @@
+"""Device check: the exported vocoder on a GPU, batch size sweep, FP32 and FP16.
+
+Production GPU nodes run the vocoder with Triton's native ONNX Runtime or TensorRT
+backends (configs/gpu.pbtxt, configs/tensorrt.pbtxt). Where neither is installed (the
+lent test GPU here has PyTorch but no onnxruntime-gpu or TensorRT), this check runs the
+*same exported vocoder.onnx* on the GPU through onnx2torch, to measure what the GPU
+variant is built around: equal-shape batches (LATENT frames padded to a multiple of 64)
+and how throughput grows with batch size. It also checks the GPU output against
+onnxruntime on the CPU, so the exported graph is known to compute the same thing there.
+
+    python benchmarks/gpu_vocoder_check.py --vocoder voices/joe/vocoder.onnx --out results/gpu.json
+    python benchmarks/gpu_vocoder_check.py --device cpu --batches 1 2 --frames 64   # smoke
+
+Standalone on purpose (torch, onnx, onnx2torch, numpy; onnxruntime optional), so it runs
+on a bare GPU machine without the project's serving dependencies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HOP = 256
+SAMPLE_RATE = 22050
+PARITY_ATOL = 1e-3  # GPU FP32 convolutions (TF32 off) vs onnxruntime CPU
+
+
+def parity(model: Any, vocoder: Path, channels: int, device: Any, rng: np.random.Generator) -> dict[str, Any]:
+    """The converted graph on the GPU against onnxruntime on the CPU, same latent."""
+    import torch
+
+    latent = rng.normal(0, 1, size=(2, channels, 64)).astype(np.float32)
+    with torch.inference_mode():
+        gpu_out = model(torch.from_numpy(latent).to(device)).float().cpu().numpy()
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return {"parity_ok": None}
+    session = ort.InferenceSession(str(vocoder), providers=["CPUExecutionProvider"])
+    diff = float(np.abs(gpu_out - session.run(None, {"LATENT": latent})[0]).max())
+    return {"parity_max_abs_diff_vs_onnxruntime_cpu": diff, "parity_ok": diff < PARITY_ATOL}
+
+
+def sweep(
+    model: Any,
+    channels: int,
+    device: Any,
+    batches: list[int],
+    frames: int,
+    repeats: int,
+    rng: np.random.Generator,
+) -> list[dict[str, Any]]:
+    import torch
+
+    rows = []
+    for dtype_name, dtype in (("fp32", torch.float32), ("fp16", torch.float16)):
+        if dtype is torch.float16 and device.type != "cuda":
+            continue
+        net = model.to(dtype)
+        for batch in batches:
+            x = torch.from_numpy(rng.normal(0, 1, size=(batch, channels, frames)).astype(np.float32))
+            x = x.to(device=device, dtype=dtype)
+            with torch.inference_mode():
+                for _ in range(3):
+                    net(x)
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                    torch.cuda.reset_peak_memory_stats()
+                start = time.perf_counter()
+                for _ in range(repeats):
+                    net(x)
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                seconds = (time.perf_counter() - start) / repeats
+            audio = batch * frames * HOP / SAMPLE_RATE
+            row = {
+                "dtype": dtype_name,
+                "batch": batch,
+                "latency_ms": seconds * 1000,
+                "x_real_time": audio / seconds,
+                "peak_mem_mib": torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else None,
+            }
+            rows.append(row)
+            speed = f"{row['latency_ms']:8.2f} ms  {row['x_real_time']:9.1f}x real time"
+            print(f"{dtype_name} batch {batch:>3}: {speed}")
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--vocoder", type=Path, default=Path("voices/joe/vocoder.onnx"))
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 4, 8, 16, 32])
+    parser.add_argument("--frames", type=int, default=256, help="latent frames per item (~3 s)")
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--out", type=Path, default=Path("results/gpu_vocoder.json"))
+    args = parser.parse_args()
+
+    import onnx
+    import torch
+    from onnx2torch import convert
+
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    device = torch.device(args.device)
+    model = convert(onnx.load(str(args.vocoder))).eval().to(device)
+    channels = int(next(p for p in model.parameters() if p.dim() == 3).shape[1])
+    rng = np.random.default_rng(0)
+    report: dict[str, Any] = {
+        "device": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "frames_per_item": args.frames,
+        "audio_s_per_item": args.frames * HOP / SAMPLE_RATE,
+    }
+    report |= parity(model, args.vocoder, channels, device, rng)
+    report["sweep"] = sweep(model, channels, device, args.batches, args.frames, args.repeats, rng)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2), encoding="utf-8")
+    print(json.dumps({k: v for k, v in report.items() if k != "sweep"}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
