@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from triton_tts.client import TTSClient
+from triton_tts.client.tts_client import Protocol
 from triton_tts.onnx_session import available_cores
 
 SENTENCES = [
@@ -64,7 +65,7 @@ def single_stream(client: TTSClient, rounds: int) -> dict[str, float]:
     }
 
 
-def concurrent_streams(url: str, protocol: str, concurrency: int, rounds: int) -> dict[str, float]:
+def concurrent_streams(url: str, protocol: Protocol, concurrency: int, rounds: int) -> dict[str, float]:
     latencies: list[float] = []
     audio_total = [0.0]
     lock = threading.Lock()
