@@ -4,7 +4,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-APT_PACKAGES := espeak-ng libespeak-ng1 sox libsndfile1 libb64-0d libpython3.11
+PY_VERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+# libpython for Triton's Python-backend stub, which embeds the interpreter of our version.
+APT_PACKAGES := espeak-ng libespeak-ng1 sox libsndfile1 libb64-0d libpython$(PY_VERSION)
 HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
