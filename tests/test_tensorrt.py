@@ -1,0 +1,49 @@
+"""TensorRT engine profiles: checked here by construction; built only where TensorRT is."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from triton_tts.batching import PHONEME_BUCKETS
+from triton_tts.export import piper, tensorrt
+from triton_tts.model_configs import BuildOptions
+
+
+def test_profiles_cover_what_the_repository_sends(voice_dir: Path) -> None:
+    batch = BuildOptions().max_batch_size
+    acoustic = tensorrt.acoustic_profile(batch)
+    vocoder = tensorrt.vocoder_profile(batch, tensorrt.latent_channels(voice_dir / "vocoder.onnx"))
+    for profile in (acoustic, vocoder):
+        for low, opt, high in profile.shapes.values():
+            assert all(a <= b <= c for a, b, c in zip(low, opt, high, strict=True))
+            assert high[0] == batch and low[0] == 1
+    assert tensorrt.MAX_PHONEMES in PHONEME_BUCKETS  # preprocess pads to buckets
+    assert PHONEME_BUCKETS[0] >= tensorrt.MIN_PHONEMES
+    # latents arrive padded to the acoustic model's frame multiple
+    for frames in (tensorrt.MIN_FRAMES, tensorrt.OPT_FRAMES, tensorrt.MAX_FRAMES):
+        assert frames % piper.FRAME_MULTIPLE == 0
+    assert vocoder.shapes["LATENT"][2][1] == 192
+
+
+def test_trtexec_command_names_every_input(voice_dir: Path) -> None:
+    cmd = tensorrt.trtexec_command(Path("a.onnx"), Path("a.plan"), tensorrt.acoustic_profile(32), fp16=False)
+    assert "--maxShapes=PHONEME_IDS:32x2048,PHONEME_LENGTH:32,SCALES:32x3" in cmd
+    assert "--fp16" not in cmd
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    importlib.util.find_spec("tensorrt") is None, reason="needs TensorRT and an NVIDIA GPU (GPU nodes only)"
+)
+def test_engines_build(tmp_path: Path, voice_dir: Path) -> None:  # pragma: no cover - GPU
+    channels = tensorrt.latent_channels(voice_dir / "vocoder.onnx")
+    plan = tensorrt.build_engine(
+        voice_dir / "vocoder.onnx",
+        tmp_path / "vocoder.plan",
+        tensorrt.vocoder_profile(8, channels),
+        fp16=True,
+    )
+    assert plan.stat().st_size > 0
