@@ -42,6 +42,17 @@ class RequestRejected(TTSError):
 
 
 @dataclass(frozen=True)
+class SynthesisOptions:
+    """Optional inputs of the ``tts`` model; None leaves the input out (server default)."""
+
+    speed: float | None = None
+    speaker_id: int | None = None
+    noise_scale: float | None = None
+    noise_w: float | None = None
+    voice: str | None = None
+
+
+@dataclass(frozen=True)
 class SynthesisResult:
     audio: npt.NDArray[np.float32]  # float32 samples in [-1, 1], mono
     sample_rate: int
@@ -112,24 +123,17 @@ class TTSClient:
         tensor.set_data_from_numpy(value)
         return tensor
 
-    def build_inputs(
-        self,
-        text: str | bytes,
-        speed: float | None = None,
-        speaker_id: int | None = None,
-        noise_scale: float | None = None,
-        noise_w: float | None = None,
-        voice: str | None = None,
-    ) -> list[Any]:
+    def build_inputs(self, text: str | bytes, options: SynthesisOptions) -> list[Any]:
         raw = text.encode("utf-8") if isinstance(text, str) else text
         inputs = [self._input("TEXT", np.array([[raw]], dtype=np.object_), "BYTES")]
-        if voice:
-            inputs.append(self._input("VOICE", np.array([[voice.encode("utf-8")]], np.object_), "BYTES"))
+        if options.voice:
+            voice = np.array([[options.voice.encode("utf-8")]], np.object_)
+            inputs.append(self._input("VOICE", voice, "BYTES"))
         for name, value, dtype, np_type in (
-            ("SPEED", speed, "FP32", np.float32),
-            ("SPEAKER_ID", speaker_id, "INT64", np.int64),
-            ("NOISE_SCALE", noise_scale, "FP32", np.float32),
-            ("NOISE_W", noise_w, "FP32", np.float32),
+            ("SPEED", options.speed, "FP32", np.float32),
+            ("SPEAKER_ID", options.speaker_id, "INT64", np.int64),
+            ("NOISE_SCALE", options.noise_scale, "FP32", np.float32),
+            ("NOISE_W", options.noise_w, "FP32", np.float32),
         ):
             if value is not None:
                 inputs.append(self._input(name, np.array([[value]], dtype=np_type), dtype))
@@ -144,7 +148,9 @@ class TTSClient:
         noise_w: float | None = None,
         voice: str | None = None,
     ) -> SynthesisResult:
-        inputs = self.build_inputs(text, speed, speaker_id, noise_scale, noise_w, voice)
+        """One text -> audio; unset options take the server's defaults."""
+        options = SynthesisOptions(speed, speaker_id, noise_scale, noise_w, voice)
+        inputs = self.build_inputs(text, options)
         outputs = [self._lib.InferRequestedOutput(n) for n in ("AUDIO", "SAMPLE_RATE")]
         try:
             if self.protocol == "http":

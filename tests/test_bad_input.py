@@ -32,19 +32,19 @@ BAD_REQUESTS: list[tuple[str, bytes | str, dict[str, Any], str]] = [
 IDS = [case[0] for case in BAD_REQUESTS]
 
 
-@pytest.mark.parametrize(("name", "text", "extra", "expected"), BAD_REQUESTS, ids=IDS)
-def test_http_bad_request_is_a_400_naming_the_problem(http, name, text, extra, expected) -> None:
-    with pytest.raises(InferenceServerException) as info:
-        http.infer("tts", tts_inputs(httpclient, text, **extra))
-    assert info.value.status() == "400", info.value
-    assert expected.lower() in info.value.message().lower()
+# HTTP answers 400, gRPC INVALID_ARGUMENT: the client-side mark of "your request is wrong".
+PROTOCOLS = [("http", httpclient, "400"), ("grpc", grpcclient, "StatusCode.INVALID_ARGUMENT")]
 
 
+@pytest.mark.parametrize(("protocol", "lib", "status"), PROTOCOLS, ids=[p[0] for p in PROTOCOLS])
 @pytest.mark.parametrize(("name", "text", "extra", "expected"), BAD_REQUESTS, ids=IDS)
-def test_grpc_bad_request_is_invalid_argument(grpc, name, text, extra, expected) -> None:
+def test_bad_request_is_rejected_naming_the_problem(
+    request: pytest.FixtureRequest, protocol, lib, status, name, text, extra, expected
+) -> None:
+    client = request.getfixturevalue(protocol)
     with pytest.raises(InferenceServerException) as info:
-        grpc.infer("tts", tts_inputs(grpcclient, text, **extra))
-    assert info.value.status() == "StatusCode.INVALID_ARGUMENT", info.value
+        client.infer("tts", tts_inputs(lib, text, **extra))
+    assert info.value.status() == status, info.value
     assert expected.lower() in info.value.message().lower()
 
 

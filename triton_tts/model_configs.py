@@ -135,31 +135,46 @@ def preprocess(opts: BuildOptions) -> mc.ModelConfig:
     return config
 
 
-def acoustic(opts: BuildOptions, variant: str = "cpu") -> mc.ModelConfig:
+BACKENDS = {"cpu": "python", "gpu": "onnxruntime", "tensorrt": "tensorrt"}
+
+
+def _onnx_stage(
+    name: str, opts: BuildOptions, variant: str, cpu_instances: int, cpu_params: dict[str, str]
+) -> mc.ModelConfig:
+    """What the acoustic and vocoder configs share: backend, batching, instances."""
     native = variant != "cpu"
-    backend = {"cpu": "python", "gpu": "onnxruntime", "tensorrt": "tensorrt"}[variant]
-    config = _base("acoustic", opts, backend)
-    if native:
-        config.default_model_filename = "model.plan" if variant == "tensorrt" else "model.onnx"
+    config = _base(name, opts, BACKENDS[variant])
+    _batching(config, opts, native)
+    if not native:
+        _instances(config, cpu_instances, gpu=False)
+        _params(config, **cpu_params)
+        return config
+    config.default_model_filename = "model.plan" if variant == "tensorrt" else "model.onnx"
+    _instances(config, opts.gpu_instances, gpu=True)
+    if variant == "gpu":
+        _params(config, cudnn_conv_algo_search="1")  # heuristic: no search per new shape
+    return config
+
+
+def acoustic(opts: BuildOptions, variant: str = "cpu") -> mc.ModelConfig:
+    config = _onnx_stage(
+        "acoustic",
+        opts,
+        variant,
+        opts.acoustic_instances,
+        {
+            "intra_op_threads": opts.acoustic_threads,
+            "max_items_per_run": str(opts.acoustic_items_per_run),
+            "max_padded_phonemes": str(opts.max_padded_phonemes),
+        },
+    )
+    native = variant != "cpu"
     # Python backend: ragged batch, the model pads. Native: equal shapes from the buckets.
     _tensor(config.input, "PHONEME_IDS", mc.TYPE_INT64, [-1], ragged=not native)
     _tensor(config.input, "PHONEME_LENGTH", mc.TYPE_INT64, [1], reshape=[] if native else None)
     _tensor(config.input, "SCALES", mc.TYPE_FP32, [3])
     _tensor(config.output, "LATENT", mc.TYPE_FP32, [-1, -1])
     _tensor(config.output, "FRAME_COUNT", mc.TYPE_INT64, [1], reshape=[] if native else None)
-    _batching(config, opts, native)
-    if native:
-        _instances(config, opts.gpu_instances, gpu=True)
-        if variant == "gpu":
-            _params(config, cudnn_conv_algo_search="1")  # heuristic: no search per new shape
-    else:
-        _instances(config, opts.acoustic_instances, gpu=False)
-        _params(
-            config,
-            intra_op_threads=opts.acoustic_threads,
-            max_items_per_run=str(opts.acoustic_items_per_run),
-            max_padded_phonemes=str(opts.max_padded_phonemes),
-        )
     _warmup_file(
         config,
         "sentence",
@@ -173,26 +188,19 @@ def acoustic(opts: BuildOptions, variant: str = "cpu") -> mc.ModelConfig:
 
 
 def vocoder(opts: BuildOptions, variant: str = "cpu") -> mc.ModelConfig:
-    native = variant != "cpu"
-    backend = {"cpu": "python", "gpu": "onnxruntime", "tensorrt": "tensorrt"}[variant]
-    config = _base("vocoder", opts, backend)
-    if native:
-        config.default_model_filename = "model.plan" if variant == "tensorrt" else "model.onnx"
-    _tensor(config.input, "LATENT", mc.TYPE_FP32, [-1, -1], ragged=not native)
+    config = _onnx_stage(
+        "vocoder",
+        opts,
+        variant,
+        opts.vocoder_instances,
+        {
+            "intra_op_threads": opts.vocoder_threads,
+            "max_items_per_run": str(opts.vocoder_items_per_run),
+            "max_padded_frames": str(opts.max_padded_frames),
+        },
+    )
+    _tensor(config.input, "LATENT", mc.TYPE_FP32, [-1, -1], ragged=variant == "cpu")
     _tensor(config.output, "WAVEFORM", mc.TYPE_FP32, [-1])
-    _batching(config, opts, native)
-    if native:
-        _instances(config, opts.gpu_instances, gpu=True)
-        if variant == "gpu":
-            _params(config, cudnn_conv_algo_search="1")
-    else:
-        _instances(config, opts.vocoder_instances, gpu=False)
-        _params(
-            config,
-            intra_op_threads=opts.vocoder_threads,
-            max_items_per_run=str(opts.vocoder_items_per_run),
-            max_padded_frames=str(opts.max_padded_frames),
-        )
     warmup = config.model_warmup.add()
     warmup.name = "latent"
     warmup.batch_size = 1

@@ -13,6 +13,7 @@ size cap (``max_padded``) bounds activation memory when larger runs are allowed.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,10 +23,30 @@ import numpy as np
 import numpy.typing as npt
 
 from triton_tts.batching import pad_stack, plan_sub_batches
-from triton_tts.onnx_session import cpu_session
+from triton_tts.onnx_session import cpu_session, resolve_threads
 
 FloatArray = npt.NDArray[np.float32]
 IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class StageSettings:
+    """What a CPU stage's Triton model reads once in ``initialize``."""
+
+    onnx_path: Path
+    threads: int
+    parameters: dict[str, str]
+
+    @classmethod
+    def from_triton_args(cls, args: dict[str, str]) -> StageSettings:
+        config = json.loads(args["model_config"])
+        params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+        instances = sum(int(g.get("count", 1)) for g in config.get("instance_group", [])) or 1
+        folder = Path(args["model_repository"]) / args["model_version"]
+        return cls(folder / "model.onnx", resolve_threads(params.get("intra_op_threads"), instances), params)
+
+    def int_parameter(self, key: str, default: int) -> int:
+        return int(self.parameters.get(key, default))
 
 
 @dataclass
@@ -35,11 +56,23 @@ class RunFailed:
     message: str
 
 
-class AcousticRunner:
+class _Runner:
     def __init__(self, onnx_path: Path, threads: int, max_items_per_run: int, max_padded: int) -> None:
         self.session = cpu_session(onnx_path, threads)
+        self.threads = threads
         self.max_items = max_items_per_run
         self.max_padded = max_padded
+
+
+class AcousticRunner(_Runner):
+    @classmethod
+    def from_settings(cls, s: StageSettings) -> AcousticRunner:
+        return cls(
+            s.onnx_path,
+            s.threads,
+            s.int_parameter("max_items_per_run", 1),
+            s.int_parameter("max_padded_phonemes", 8192),
+        )
 
     def run(
         self, ids: Sequence[IntArray], scales: Sequence[FloatArray]
@@ -66,11 +99,15 @@ class AcousticRunner:
         return results
 
 
-class VocoderRunner:
-    def __init__(self, onnx_path: Path, threads: int, max_items_per_run: int, max_padded: int) -> None:
-        self.session = cpu_session(onnx_path, threads)
-        self.max_items = max_items_per_run
-        self.max_padded = max_padded
+class VocoderRunner(_Runner):
+    @classmethod
+    def from_settings(cls, s: StageSettings) -> VocoderRunner:
+        return cls(
+            s.onnx_path,
+            s.threads,
+            s.int_parameter("max_items_per_run", 1),
+            s.int_parameter("max_padded_frames", 4000),
+        )
 
     def run(self, latents: Sequence[FloatArray]) -> list[FloatArray | RunFailed]:
         """latents: [C, frames] each -> waveform [frames * hop] each."""
