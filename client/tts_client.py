@@ -67,13 +67,15 @@ class SynthesisResult:
         return Path(path)
 
 
-def _rejected_or_unavailable(err: InferenceServerException) -> TTSError:
+def _rejected_or_unavailable(err: InferenceServerException, url: str) -> TTSError:
     status = str(err.status() or "")
     message = err.message() or str(err)
+    if "unknown model" in message.lower() or "is not ready" in message.lower():
+        return ServerUnavailable(f"{url} does not serve a ready model: {message}")
     if status in ("400", "StatusCode.INVALID_ARGUMENT"):
         return RequestRejected(message)
     if status in ("StatusCode.UNAVAILABLE", "503") or "failed to connect" in message.lower():
-        return ServerUnavailable(message)
+        return ServerUnavailable(f"cannot reach {url}: {message}")
     return TTSError(f"{message} (status {status})" if status else message)
 
 
@@ -160,7 +162,7 @@ class TTSClient:
                     self.model, inputs, outputs=outputs, client_timeout=self.timeout_s
                 )
         except InferenceServerException as err:
-            raise _rejected_or_unavailable(err) from None
+            raise _rejected_or_unavailable(err, self.url) from None
         except ConnectionError as err:
             raise ServerUnavailable(f"cannot reach {self.url}: {err}") from None
         audio = np.asarray(result.as_numpy("AUDIO"), dtype=np.float32).reshape(-1)

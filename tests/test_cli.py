@@ -82,6 +82,19 @@ def test_say_reports_rejections_and_unreachable_servers(server: TritonServer, tm
         "say", "Hi.", "--voice", "nobody", "-o", str(tmp_path / "v.wav"), "--url", server.http_url
     )
     assert unknown_voice.returncode == 1 and "nobody" in unknown_voice.stderr
+    no_model = triton_tts(
+        "say",
+        "Hi.",
+        "--model",
+        "absent",
+        "-o",
+        str(tmp_path / "m.wav"),
+        "--url",
+        server.grpc_url,
+        "--protocol",
+        "grpc",
+    )
+    assert no_model.returncode == 1 and "does not serve a ready model" in no_model.stderr
     unreachable = triton_tts("say", "Hi.", "-o", str(tmp_path / "y.wav"), "--url", f"localhost:{free_port()}")
     assert unreachable.returncode == 1 and "triton-tts:" in unreachable.stderr
     assert not any(tmp_path.glob("*.wav"))
