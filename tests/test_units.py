@@ -108,3 +108,13 @@ def test_a_failing_run_fails_only_its_own_requests(voice_dir) -> None:
     for i in (0, 2):
         ok = results[i]
         assert isinstance(ok, np.ndarray) and ok.shape == (20 * 256,)
+
+
+def test_phonemizer_is_safe_under_concurrent_callers(phonemizer) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    texts = [f"Sentence number {i}, said by thread after thread." for i in range(16)]
+    expected = phonemizer.phonemize(texts)
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(lambda t: phonemizer.phonemize([t])[0], texts * 4))
+    assert results == expected * 4

@@ -1,0 +1,80 @@
+"""`triton-tts serve` as users run it: ready after warm-up, metrics, clean stop on signals."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+
+from tests.helpers import tts_inputs
+from triton_tts.server import TritonServer, free_port
+
+
+def wait_ready(client: httpclient.InferenceServerClient, process: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.stdout.read() if process.stdout else ""
+        try:
+            if client.is_server_ready():
+                return
+        except Exception:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError("serve did not become ready")
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_serve_finishes_in_flight_requests_then_exits(
+    voice_dir: Path, tmp_path: Path, stop_signal: signal.Signals
+) -> None:
+    http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable, "-m", "triton_tts.cli", "serve",
+            "--voice", str(voice_dir), "--model-repository", str(tmp_path / "repo"),
+            "--http-port", str(http_port), "--grpc-port", str(grpc_port), "--metrics-port", str(metrics_port),
+        ],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    client = httpclient.InferenceServerClient(f"localhost:{http_port}", concurrency=4, network_timeout=120)
+    try:
+        wait_ready(client, process)
+        assert client.is_model_ready("tts")
+        pending = [
+            client.async_infer("tts", tts_inputs(httpclient, f"Request number {i} is still in flight."))
+            for i in range(4)
+        ]
+        time.sleep(0.2)  # let them reach the server
+        process.send_signal(stop_signal)
+        for handle in pending:
+            audio = handle.get_result().as_numpy("AUDIO")
+            assert audio.size > 0 and np.isfinite(audio).all()
+        # Triton also waits (up to --exit-timeout-secs) for open keep-alive connections.
+        client.close()
+        output, _ = process.communicate(timeout=60)
+    finally:
+        client.close()
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, output
+    assert "triton-tts is ready (warm-up done)" in output
+
+
+def test_metrics_count_ensemble_requests(server: TritonServer, http) -> None:
+    from tests.helpers import synthesize
+
+    synthesize(http, "Counted by Prometheus.")
+    with urllib.request.urlopen(f"http://localhost:{server.metrics_port}/metrics", timeout=10) as response:
+        metrics = response.read().decode("utf-8")
+    success = [
+        line for line in metrics.splitlines() if line.startswith('nv_inference_request_success{model="tts"')
+    ]
+    assert success and float(success[0].rsplit(" ", 1)[1]) >= 1
+    assert 'nv_inference_queue_duration_us{model="vocoder"' in metrics
