@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import onnxruntime as ort
 
 from triton_tts.batching import pad_stack, plan_sub_batches
 from triton_tts.onnx_session import cpu_session, resolve_threads
@@ -57,11 +58,22 @@ class RunFailed:
 
 
 class _Runner:
+    # onnxruntime's CPU arena keeps the high-water mark of the largest run for good: one
+    # 1,000-character request left the vocoder at 1.26 GB RSS for ever. Shrinking the arena
+    # after large runs only gives it back (measured: RSS back to ~0.1 GB, no slowdown of
+    # later short runs; turning the arena off instead cost 25% speed).
+    SHRINK_ABOVE = 1024  # padded length (ids or frames) x items
+
     def __init__(self, onnx_path: Path, threads: int, max_items_per_run: int, max_padded: int) -> None:
         self.session = cpu_session(onnx_path, threads)
         self.threads = threads
         self.max_items = max_items_per_run
         self.max_padded = max_padded
+        self._shrink = ort.RunOptions()
+        self._shrink.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+
+    def run_options(self, padded_size: int) -> ort.RunOptions | None:
+        return self._shrink if padded_size > self.SHRINK_ABOVE else None
 
 
 class AcousticRunner(_Runner):
@@ -80,14 +92,16 @@ class AcousticRunner(_Runner):
         """ids: unpadded id rows; scales: [3] rows -> (LATENT [C, frames], frames) each."""
         results: list[Any] = [None] * len(ids)
         for group in plan_sub_batches([len(x) for x in ids], self.max_padded, self.max_items):
+            padded = pad_stack([ids[i] for i in group])
             try:
                 latent, frames = self.session.run(
                     ["LATENT", "FRAME_COUNT"],
                     {
-                        "PHONEME_IDS": pad_stack([ids[i] for i in group]),
+                        "PHONEME_IDS": padded,
                         "PHONEME_LENGTH": np.array([len(ids[i]) for i in group], dtype=np.int64),
                         "SCALES": np.stack([scales[i] for i in group]).astype(np.float32),
                     },
+                    self.run_options(padded.size),
                 )
             except Exception as err:  # one failing run must not take the others down
                 for i in group:
@@ -113,10 +127,10 @@ class VocoderRunner(_Runner):
         """latents: [C, frames] each -> waveform [frames * hop] each."""
         results: list[Any] = [None] * len(latents)
         for group in plan_sub_batches([x.shape[-1] for x in latents], self.max_padded, self.max_items):
+            padded = pad_stack([latents[i] for i in group])
             try:
-                waveform = self.session.run(["WAVEFORM"], {"LATENT": pad_stack([latents[i] for i in group])})[
-                    0
-                ]
+                frames = padded.shape[0] * padded.shape[-1]
+                waveform = self.session.run(["WAVEFORM"], {"LATENT": padded}, self.run_options(frames))[0]
             except Exception as err:
                 for i in group:
                     results[i] = RunFailed(f"vocoder failed: {err}")

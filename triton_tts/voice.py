@@ -23,7 +23,8 @@ VOICE_FILE = "voice.json"
 ACOUSTIC_FILE = "acoustic.onnx"
 VOCODER_FILE = "vocoder.onnx"
 
-# Phoneme-id framing used by Piper VITS voices: BOS, each phoneme followed by PAD, EOS.
+# Phoneme-id framing Piper VITS voices are trained with: BOS PAD, then each phoneme
+# followed by PAD, then EOS.
 PAD, BOS, EOS = "_", "^", "$"
 
 
@@ -63,8 +64,8 @@ class Voice:
 
     def phonemes_to_ids(self, phonemes: str) -> list[int]:
         """Map a phoneme string to ids; symbols the voice does not know are dropped."""
-        ids = list(self.symbols[BOS])
         pad = self.symbols[PAD]
+        ids = [*self.symbols[BOS], *pad]
         for symbol in phonemes:
             mapped = self.symbols.get(symbol)
             if mapped is None:

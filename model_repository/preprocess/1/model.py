@@ -28,7 +28,7 @@ from triton_tts.validation import (
 )
 from triton_tts.voice import Voice
 
-MIN_PHONEME_IDS = 3  # BOS, one symbol, EOS
+MIN_PHONEME_IDS = 5  # BOS PAD symbol PAD EOS
 
 
 def _scalar(request: Any, name: str, default: float) -> float:
