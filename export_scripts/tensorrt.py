@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -130,6 +131,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-batch-size", type=int, default=BuildOptions().max_batch_size)
     parser.add_argument("--fp16", nargs="*", default=["vocoder"], choices=["acoustic", "vocoder"])
     parser.add_argument("--print-trtexec", action="store_true", help="print commands, build nothing")
+    parser.add_argument(
+        "--trtexec", help="build with this trtexec binary instead of the tensorrt Python package"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     stages = {
@@ -142,8 +146,11 @@ def main(argv: list[str] | None = None) -> None:
         onnx_path = args.repo / stage / "1" / "model.onnx"
         plan = onnx_path.with_name("model.plan")
         fp16 = stage in args.fp16
+        command = trtexec_command(onnx_path, plan, profile, fp16)
         if args.print_trtexec:
-            print(" ".join(trtexec_command(onnx_path, plan, profile, fp16)))
+            print(" ".join(command))
+        elif args.trtexec:
+            subprocess.run([args.trtexec, *command[1:]], check=True)
         else:
             build_engine(onnx_path, plan, profile, fp16)
 

@@ -21,7 +21,9 @@ from triton_tts.voice import ACOUSTIC_FILE, VOCODER_FILE, VOICE_FILE, Voice
 log = logging.getLogger(__name__)
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_REPOSITORY = PROJECT_ROOT / "model_repository"
+# The committed repository (configs + model code): the checkout's, or wherever an
+# installed copy put it (the container image sets TRITON_TTS_REPOSITORY_TEMPLATE).
+DEFAULT_REPOSITORY = Path(os.environ.get("TRITON_TTS_REPOSITORY_TEMPLATE", PROJECT_ROOT / "model_repository"))
 DEFAULT_VOICE_DIR = PROJECT_ROOT / "voices" / "joe"
 WARMUP_TEXT = "Warming up the voice, so that the first request is fast."
 # WARMUP_TEXT in IPA, typed in so that building a repository needs no espeak-ng.

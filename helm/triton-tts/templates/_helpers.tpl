@@ -1,0 +1,87 @@
+{{- define "triton-tts.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "triton-tts.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "triton-tts.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "triton-tts.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "triton-tts.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "triton-tts.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: inference-server
+app.kubernetes.io/part-of: triton-tts
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "triton-tts.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "triton-tts.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "triton-tts.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{- define "triton-tts.usesGpu" -}}
+{{- if ne .Values.variant "cpu" -}}true{{- end -}}
+{{- end -}}
+
+{{/* Where Triton finds the repository, for each source. */}}
+{{- define "triton-tts.repositoryPath" -}}
+{{- $source := .Values.modelRepository.source -}}
+{{- if eq $source "objectStorage" -}}
+{{- .Values.modelRepository.objectStorage.uri -}}
+{{- else if eq $source "pvc" -}}
+{{- printf "/models/%s" .Values.modelRepository.pvc.subPath | trimSuffix "/" -}}
+{{- else -}}
+/models/repository
+{{- end -}}
+{{- end -}}
+
+{{- define "triton-tts.gpuResources" -}}
+{{- if include "triton-tts.usesGpu" . }}
+{{ .Values.gpu.resourceName }}: {{ .Values.gpu.count }}
+{{- end -}}
+{{- end -}}
+
+{{/* Container resources; GPU variants add the GPU to requests and limits. */}}
+{{- define "triton-tts.resources" -}}
+{{- $res := deepCopy (default dict .Values.resources) -}}
+{{- if and (include "triton-tts.usesGpu" .) (or (not .init) (eq .Values.variant "tensorrt")) -}}
+{{- $requests := default dict $res.requests -}}
+{{- $limits := default dict $res.limits -}}
+{{- $_ := set $requests .Values.gpu.resourceName (toString .Values.gpu.count) -}}
+{{- $_ := set $limits .Values.gpu.resourceName (toString .Values.gpu.count) -}}
+{{- $_ := set $res "requests" $requests -}}
+{{- $_ := set $res "limits" $limits -}}
+{{- end -}}
+{{- toYaml $res -}}
+{{- end -}}
+
+{{/* The export init container's script: voice -> repository (-> TensorRT engines). */}}
+{{- define "triton-tts.exportScript" -}}
+{{- $b := .Values.build -}}
+set -eu
+triton-tts export piper --out /models/voices/{{ .Values.modelRepository.export.voice }}
+triton-tts build-repo --voice /models/voices/{{ .Values.modelRepository.export.voice }} --out /models/repository \
+  --max-batch-size {{ $b.maxBatchSize }} --gpu-instances {{ $b.gpuInstances }} --gpu-queue-delay-us {{ $b.gpuQueueDelayUs }} \
+  --acoustic-instances {{ $b.acousticInstances }} --vocoder-instances {{ $b.vocoderInstances }} \
+  --acoustic-threads {{ $b.acousticThreads }} --vocoder-threads {{ $b.vocoderThreads }} --queue-delay-us {{ $b.queueDelayUs }}
+{{- if eq .Values.variant "tensorrt" }}
+python3 -m triton_tts.export.tensorrt --repo /models/repository --max-batch-size {{ $b.maxBatchSize }} --trtexec {{ .Values.modelRepository.export.trtexec }}
+{{- end }}
+{{- end -}}

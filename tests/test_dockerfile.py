@@ -1,0 +1,56 @@
+"""The container image definition, parsed with Docker's own parser (no engine here)."""
+
+from __future__ import annotations
+
+import dockerfile
+
+from triton_tts.repository import PROJECT_ROOT
+
+TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:24.10-py3"  # Triton 2.51.0, as tested here
+
+
+def stages() -> list[list[dockerfile.Command]]:
+    commands = dockerfile.parse_file(str(PROJECT_ROOT / "Dockerfile"))
+    result: list[list[dockerfile.Command]] = []
+    for command in commands:
+        if command.cmd == "FROM":
+            result.append([])
+        if result:
+            result[-1].append(command)
+    return result
+
+
+def test_based_on_the_triton_release_we_test_against() -> None:
+    commands = dockerfile.parse_file(str(PROJECT_ROOT / "Dockerfile"))
+    arg = next(c for c in commands if c.cmd == "ARG" and c.value[0].startswith("TRITON_IMAGE="))
+    assert arg.value[0] == f"TRITON_IMAGE={TRITON_IMAGE}"
+    assert all(s[0].value[0] == "${TRITON_IMAGE}" for s in stages())
+    from importlib.metadata import version
+
+    assert version("tritonclient") == "2.51.0"  # the client matches the server in the image
+    assert version("nvidia-pytriton") == "0.7.0"  # whose tritonserver is 2.51.0 too
+
+
+def test_final_stage_is_lean_non_root_and_read_only_friendly() -> None:
+    final = stages()[-1]
+    runs = " ".join(" ".join(c.value) for c in final if c.cmd == "RUN")
+    assert "espeak-ng" in runs
+    for build_tool in ("build-essential", "gcc", "g++", "python3-dev", "git "):
+        assert build_tool not in runs
+    assert "rm -rf /var/lib/apt/lists/*" in runs
+    user = [c.value[0] for c in final if c.cmd == "USER"]
+    assert user and user[-1] not in ("root", "0")
+    env = {}
+    for c in final:
+        if c.cmd == "ENV":
+            env.update(dict(zip(c.value[::2], c.value[1::2], strict=True)))
+    for cache in ("HOME", "TMPDIR", "XDG_CACHE_HOME", "NUMBA_CACHE_DIR", "HF_HOME", "MPLCONFIGDIR"):
+        assert env[cache].startswith("/tmp"), cache
+    assert env["TRITON_TTS_REPOSITORY_TEMPLATE"] == "/opt/triton-tts/model_repository"
+    assert [c.value for c in final if c.cmd == "EXPOSE"] == [("8000", "8001", "8002")]
+
+
+def test_generated_artefacts_stay_out_of_the_build_context() -> None:
+    ignored = (PROJECT_ROOT / ".dockerignore").read_text(encoding="utf-8").split()
+    for pattern in (".venv", "voices", "*.onnx", "*.plan", "model_repository/*/warmup"):
+        assert pattern in ignored

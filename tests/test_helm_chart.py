@@ -1,0 +1,251 @@
+"""The Helm chart, rendered by the real helm binary and validated offline.
+
+No cluster can run here: every value set in helm/triton-tts/ci/ is linted and rendered,
+every manifest is validated against the Kubernetes JSON schemas in strict mode, and the
+rendered objects are checked for what matters to a deployment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from triton_tts.repository import PROJECT_ROOT
+
+CHART = PROJECT_ROOT / "helm" / "triton-tts"
+VALUE_SETS = sorted((CHART / "ci").glob("*-values.yaml"))
+# The chart's kubeVersion floor and the newest schemas kubernetes-validate ships.
+KUBERNETES_VERSIONS = ["1.27.0", kubernetes_validate.latest_version()]
+CUSTOM_RESOURCES = {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    ("monitoring.coreos.com/v1", "PodMonitor"),
+}
+
+
+@pytest.fixture(scope="session")
+def helm() -> Path:
+    binary = Path(os.environ.get("HELM", PROJECT_ROOT / ".tools" / "helm"))
+    if not binary.exists():
+        pytest.fail(f"no helm at {binary}: run `make setup` (scripts/fetch_helm.py)")
+    return binary
+
+
+def render(helm: Path, *args: str) -> list[dict[str, Any]]:
+    done = subprocess.run(
+        [str(helm), "template", "tts", str(CHART), "--namespace", "speech", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    matches = [d for d in docs if d["kind"] == kind]
+    assert len(matches) == 1, f"expected one {kind}, got {len(matches)}"
+    return matches[0]
+
+
+def triton_container(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    spec = by_kind(docs, "Deployment")["spec"]["template"]["spec"]
+    return next(c for c in spec["containers"] if c["name"] == "tritonserver")
+
+
+@pytest.mark.parametrize("values", VALUE_SETS, ids=[v.stem for v in VALUE_SETS])
+def test_lint_and_strict_schema_validation(helm: Path, values: Path) -> None:
+    lint = subprocess.run(
+        [str(helm), "lint", str(CHART), "--strict", "-f", str(values)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    docs = render(helm, "-f", str(values))
+    assert {"Deployment", "Service"} <= {d["kind"] for d in docs}
+    for doc in docs:
+        if (doc["apiVersion"], doc["kind"]) in CUSTOM_RESOURCES:
+            assert doc["spec"]["selector"]["matchLabels"]  # CRDs: no schema here
+            continue
+        for version in KUBERNETES_VERSIONS:
+            kubernetes_validate.validate(doc, version, strict=True)
+
+
+def test_defaults_run_on_a_gpu_with_probes_and_graceful_stop(helm: Path) -> None:
+    docs = render(helm)
+    container = triton_container(docs)
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert container["resources"]["requests"]["nvidia.com/gpu"] == "1"
+    assert "--model-config-name=gpu" in container["args"]
+    assert "--model-repository=/models/repository" in container["args"]
+    assert "--strict-readiness=true" in container["args"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"http": 8000, "grpc": 8001, "metrics": 8002}
+    assert container["startupProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": "http"}
+    assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
+    startup = container["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 300  # room for warm-up
+    pod = by_kind(docs, "Deployment")["spec"]["template"]["spec"]
+    pre_stop = int(container["lifecycle"]["preStop"]["exec"]["command"][1])
+    exit_timeout = int(
+        next(a for a in container["args"] if a.startswith("--exit-timeout-secs=")).split("=")[1]
+    )
+    assert pod["terminationGracePeriodSeconds"] >= pre_stop + exit_timeout
+    # the init container exports the voice and builds the repository, without a GPU
+    init = pod["initContainers"][0]
+    assert "triton-tts build-repo" in init["args"][0]
+    assert "nvidia.com/gpu" not in init["resources"].get("limits", {})
+    service = by_kind(docs, "Service")
+    assert {p["name"]: p["port"] for p in service["spec"]["ports"]} == {
+        "http": 8000,
+        "grpc": 8001,
+        "metrics": 8002,
+    }
+    assert not [d for d in docs if d["kind"] in ("HorizontalPodAutoscaler", "PodDisruptionBudget", "Ingress")]
+
+
+def test_security_context_is_locked_down(helm: Path) -> None:
+    pod = by_kind(render(helm), "Deployment")["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["automountServiceAccountToken"] is False
+    for container in pod["containers"] + pod["initContainers"]:
+        context = container["securityContext"]
+        assert context["readOnlyRootFilesystem"] is True
+        assert context["allowPrivilegeEscalation"] is False
+        assert context["capabilities"]["drop"] == ["ALL"]
+        mounts = {m["mountPath"] for m in container["volumeMounts"]}
+        assert "/tmp" in mounts  # caches and espeak's temporary copy on a read-only root
+    shm = next(v for v in pod["volumes"] if v["name"] == "shm")
+    assert shm["emptyDir"]["medium"] == "Memory"
+
+
+def test_cpu_variant_requests_no_gpu_and_scales_on_cpu(helm: Path) -> None:
+    docs = render(helm, "-f", str(CHART / "ci" / "cpu-only-values.yaml"))
+    container = triton_container(docs)
+    assert not any(a.startswith("--model-config-name") for a in container["args"])
+    assert "nvidia.com/gpu" not in json.dumps(container["resources"])
+    hpa = by_kind(docs, "HorizontalPodAutoscaler")
+    assert hpa["spec"]["metrics"] == [
+        {
+            "type": "Resource",
+            "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 70}},
+        }
+    ]
+    assert by_kind(docs, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+    assert "replicas" not in by_kind(docs, "Deployment")["spec"]  # the HPA owns it
+
+
+def test_tensorrt_with_queue_time_autoscaling(helm: Path) -> None:
+    docs = render(helm, "-f", str(CHART / "ci" / "tensorrt-hpa-servicemonitor-values.yaml"))
+    container = triton_container(docs)
+    assert "--model-config-name=tensorrt" in container["args"]
+    pod = by_kind(docs, "Deployment")["spec"]["template"]["spec"]
+    assert pod["runtimeClassName"] == "nvidia"
+    assert pod["tolerations"][0]["key"] == "nvidia.com/gpu"
+    init = pod["initContainers"][0]
+    assert "python3 -m triton_tts.export.tensorrt --repo /models/repository" in init["args"][0]
+    assert init["resources"]["limits"]["nvidia.com/gpu"] == "1"  # engines build on the GPU
+    hpa = by_kind(docs, "HorizontalPodAutoscaler")
+    metrics = {
+        m["pods"]["metric"]["name"]: m["pods"]["target"]
+        for m in hpa["spec"]["metrics"]
+        if m["type"] == "Pods"
+    }
+    assert metrics["triton_tts_queue_us_per_request"] == {"type": "AverageValue", "averageValue": "40000"}
+    assert metrics["triton_tts_gpu_utilization_percent"]["averageValue"] == "80"
+    rules = yaml.safe_load(by_kind(docs, "ConfigMap")["data"]["config.yaml"])["rules"]
+    names = {r["name"]["as"] for r in rules}
+    assert names == set(metrics)
+    queue_rule = next(r for r in rules if r["name"]["as"] == "triton_tts_queue_us_per_request")
+    assert "nv_inference_queue_duration_us" in queue_rule["metricsQuery"]
+    assert "nv_inference_request_success" in queue_rule["metricsQuery"]
+    monitor = by_kind(docs, "ServiceMonitor")
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert (
+        by_kind(docs, "Ingress")["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]["port"]["name"]
+        == "http"
+    )
+
+
+def test_object_storage_repository_uses_the_secret_and_no_volume(helm: Path) -> None:
+    docs = render(helm, "-f", str(CHART / "ci" / "object-storage-values.yaml"))
+    container = triton_container(docs)
+    assert "--model-repository=s3://ml-models/triton-tts/repository" in container["args"]
+    assert container["envFrom"] == [{"secretRef": {"name": "triton-tts-s3"}}]
+    pod = by_kind(docs, "Deployment")["spec"]["template"]["spec"]
+    assert "initContainers" not in pod
+    assert "models" not in {v["name"] for v in pod["volumes"]}
+
+
+def test_pvc_repository_is_mounted_read_only(helm: Path) -> None:
+    docs = render(helm, "-f", str(CHART / "ci" / "pvc-values.yaml"))
+    container = triton_container(docs)
+    assert "--model-repository=/models/repositories/joe" in container["args"]
+    pod = by_kind(docs, "Deployment")["spec"]["template"]["spec"]
+    volume = next(v for v in pod["volumes"] if v["name"] == "models")
+    assert volume["persistentVolumeClaim"] == {"claimName": "tts-models", "readOnly": True}
+
+
+def test_build_options_reach_the_export(helm: Path) -> None:
+    docs = render(helm, "-f", str(CHART / "ci" / "export-memory-values.yaml"))
+    pod = by_kind(docs, "Deployment")["spec"]["template"]["spec"]
+    script = pod["initContainers"][0]["args"][0]
+    assert "--max-batch-size 16" in script and "--gpu-instances 2" in script
+    assert "--gpu-queue-delay-us 5000" in script
+    models = next(v for v in pod["volumes"] if v["name"] == "models")
+    assert models["emptyDir"] == {"medium": "Memory", "sizeLimit": "1Gi"}
+    assert "--log-format=ISO8601" in triton_container(docs)["args"]
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("variant=h100", "value must be one of 'gpu', 'tensorrt', 'cpu'"),
+        ("modelRepository.source=pvc", "claimName"),
+        ("modelRepository.source=objectStorage", "does not match pattern"),
+        ("modelRepository.source=ftp", "value must be one of"),
+        ("gpu.count=0", "minimum"),
+        ("build.vocoderThreads=lots", "does not match pattern"),
+        ("autoscaling.targetCPUUtilizationPercentage=150", "maximum"),
+    ],
+)
+def test_bad_values_fail_at_install_time_with_a_clear_message(
+    helm: Path, override: str, message: str
+) -> None:
+    done = subprocess.run(
+        [str(helm), "template", "tts", str(CHART), "--set", override],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert "values don't meet the specifications of the schema" in done.stderr
+    assert message in done.stderr, done.stderr
+
+
+def test_object_storage_with_minio_style_uri_is_rejected(helm: Path) -> None:
+    done = subprocess.run(
+        [
+            str(helm), "template", "tts", str(CHART),
+            "--set", "modelRepository.source=objectStorage",
+            "--set", "modelRepository.objectStorage.uri=http://minio:9000/models",
+        ],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode != 0 and "s3|gs|as" in done.stderr
+
+
+def test_strict_validation_really_rejects_unknown_fields(helm: Path) -> None:
+    deployment = by_kind(render(helm), "Deployment")
+    deployment["spec"]["template"]["spec"]["containers"][0]["gpuCount"] = 1
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, kubernetes_validate.latest_version(), strict=True)
