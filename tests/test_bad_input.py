@@ -11,13 +11,13 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.helpers import DETERMINISTIC, synthesize, tts_inputs
-from triton_tts.validation import MAX_TEXT_CHARS
+from triton_tts.validation import MAX_LONG_TEXT_CHARS
 
 # (text, extra inputs, words the error message must contain)
 BAD_REQUESTS: list[tuple[str, bytes | str, dict[str, Any], str]] = [
     ("empty", "", {}, "empty"),
     ("whitespace", "   \t\n  ", {}, "empty"),
-    ("too long", "word " * (MAX_TEXT_CHARS // 5 + 10), {}, "limit"),
+    ("too long", "word " * (MAX_LONG_TEXT_CHARS // 5 + 10), {}, "limit"),
     ("invalid utf-8", b"caf\xc3\x28 au lait", {}, "UTF-8"),
     ("control characters only", "\x00\x01\x07\x1b", {}, "control characters"),
     ("zero speed", "Hello there.", {"SPEED": 0.0}, "SPEED"),

@@ -22,7 +22,7 @@ VARIANTS = ("cpu", *GPU_VARIANTS)
 
 def load_variant(variant: str, rendered: dict[str, str]) -> dict[str, mc.ModelConfig]:
     models = {}
-    for model in ("preprocess", "acoustic", "vocoder", "postprocess", "tts"):
+    for model in ("preprocess", "acoustic", "vocoder", "postprocess", "tts_chunk", "tts", "tts_stream"):
         named = f"{model}/configs/{variant}.pbtxt"
         models[model] = parse(rendered.get(named) or rendered[f"{model}/config.pbtxt"])
     return models
@@ -37,7 +37,7 @@ def test_committed_configs_are_the_renderer_output() -> None:
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_ensemble_wiring_matches_every_model(variant: str) -> None:
     models = load_variant(variant, model_configs.render())
-    ensemble = models["tts"]
+    ensemble = models["tts_chunk"]
     produced: dict[str, tuple[int, list[int]]] = {t.name: (t.data_type, list(t.dims)) for t in ensemble.input}
     for step in ensemble.ensemble_scheduling.step:
         model = models[step.model_name]

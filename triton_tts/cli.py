@@ -17,7 +17,7 @@ from pathlib import Path
 from triton_tts.client.cli import add_say_arguments, say
 from triton_tts.model_configs import BuildOptions
 from triton_tts.repository import DEFAULT_REPOSITORY, DEFAULT_VOICE_DIR, build_repository
-from triton_tts.voice import VOICE_FILE, Voice
+from triton_tts.voice import VOICE_FILE
 
 log = logging.getLogger("triton_tts")
 
@@ -51,7 +51,7 @@ def add_build_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--gpu-queue-delay-us", type=int, default=d.gpu_queue_delay_us)
 
 
-def build_options(args: argparse.Namespace, voice_dir: Path) -> BuildOptions:
+def build_options(args: argparse.Namespace) -> BuildOptions:
     return BuildOptions(
         max_batch_size=args.max_batch_size,
         acoustic_instances=args.acoustic_instances,
@@ -63,13 +63,12 @@ def build_options(args: argparse.Namespace, voice_dir: Path) -> BuildOptions:
         acoustic_items_per_run=args.acoustic_items_per_run,
         gpu_instances=args.gpu_instances,
         gpu_queue_delay_us=args.gpu_queue_delay_us,
-        latent_channels=Voice.load(voice_dir).latent_channels,
     )
 
 
 def cmd_build_repo(args: argparse.Namespace) -> int:
     ensure_default_voice(args.voice)
-    build_repository(args.voice, args.out, build_options(args, args.voice))
+    build_repository(args.voice, args.out, build_options(args))
     return 0
 
 
@@ -101,7 +100,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _stop_on_signal)
     if not args.no_build:
         ensure_default_voice(args.voice)
-        build_repository(args.voice, args.model_repository, build_options(args, args.voice))
+        build_repository(args.voice, args.model_repository, build_options(args))
     server = TritonServer(
         args.model_repository,
         http_port=args.http_port,

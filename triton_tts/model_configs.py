@@ -58,6 +58,17 @@ class BuildOptions:
     gpu_preferred_batch_sizes: tuple[int, ...] = (8, 16)
     gpu_queue_delay_us: int = 3000
     latent_channels: int = 192
+    # Long text (tts, tts_stream): chunk sizes and how many chunks of one request are
+    # synthesised at once (bounds memory; more lets one long text use more instances).
+    first_chunk_chars: int = 160
+    chunk_chars: int = 400
+    chunks_in_flight: int = 2
+    bls_threads: int = 16
+    # What `triton-tts voices` reports, read from the tts model's config.
+    voice_name: str = "joe"
+    voice_language: str = "en-us"
+    voice_sample_rate: int = 22050
+    voice_speakers: str = "{}"
     extra_parameters: dict[str, str] = field(default_factory=dict)
 
 
@@ -256,7 +267,8 @@ ENSEMBLE_STEPS: list[tuple[str, dict[str, str], dict[str, str]]] = [
 
 
 def ensemble(opts: BuildOptions) -> mc.ModelConfig:
-    config = mc.ModelConfig(name="tts", platform="ensemble", max_batch_size=opts.max_batch_size)
+    """``tts_chunk``: one chunk of text (up to 1,000 characters) through the pipeline."""
+    config = mc.ModelConfig(name="tts_chunk", platform="ensemble", max_batch_size=opts.max_batch_size)
     _tensor(config.input, "TEXT", mc.TYPE_STRING, [1])
     for name, dtype in TEXT_INPUTS:
         _tensor(config.input, name, dtype, [1], optional=True)
@@ -271,6 +283,33 @@ def ensemble(opts: BuildOptions) -> mc.ModelConfig:
     return config
 
 
+def _long_text(name: str, opts: BuildOptions, streaming: bool) -> mc.ModelConfig:
+    config = _base(name, opts)
+    _tensor(config.input, "TEXT", mc.TYPE_STRING, [1])
+    for input_name, dtype in TEXT_INPUTS:
+        _tensor(config.input, input_name, dtype, [1], optional=True)
+    _tensor(config.output, "AUDIO", mc.TYPE_FP32, [-1])
+    _tensor(config.output, "SAMPLE_RATE", mc.TYPE_INT32, [1])
+    if streaming:
+        _tensor(config.output, "CHUNK_INDEX", mc.TYPE_INT32, [1])
+        _tensor(config.output, "IS_LAST", mc.TYPE_BOOL, [1])
+        config.model_transaction_policy.decoupled = True
+    config.dynamic_batching.max_queue_delay_microseconds = 0
+    _instances(config, 1, gpu=False)
+    _params(
+        config,
+        first_chunk_chars=str(opts.first_chunk_chars),
+        chunk_chars=str(opts.chunk_chars),
+        chunks_in_flight=str(opts.chunks_in_flight),
+        bls_threads=str(opts.bls_threads),
+        voice_name=opts.voice_name,
+        voice_language=opts.voice_language,
+        voice_sample_rate=str(opts.voice_sample_rate),
+        voice_speakers=opts.voice_speakers,
+    )
+    return config
+
+
 def render(opts: BuildOptions | None = None) -> dict[str, str]:
     """Relative path in the repository -> config text, for every model and variant."""
     opts = opts or BuildOptions()
@@ -279,7 +318,9 @@ def render(opts: BuildOptions | None = None) -> dict[str, str]:
         "acoustic/config.pbtxt": acoustic(opts),
         "vocoder/config.pbtxt": vocoder(opts),
         "postprocess/config.pbtxt": postprocess(opts),
-        "tts/config.pbtxt": ensemble(opts),
+        "tts_chunk/config.pbtxt": ensemble(opts),
+        "tts/config.pbtxt": _long_text("tts", opts, streaming=False),
+        "tts_stream/config.pbtxt": _long_text("tts_stream", opts, streaming=True),
     }
     for variant in GPU_VARIANTS:
         configs[f"acoustic/configs/{variant}.pbtxt"] = acoustic(opts, variant)

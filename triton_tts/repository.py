@@ -6,10 +6,12 @@ The repository's configs and Python model code are committed; what a voice bring
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
 import struct
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -64,6 +66,18 @@ def write_warmup_data(repo: Path, voice: Voice) -> None:
     (warm / "SCALES").write_bytes(scales.tobytes())
 
 
+def with_voice(options: BuildOptions, voice: Voice) -> BuildOptions:
+    """What the configs need to know about the voice they serve."""
+    return replace(
+        options,
+        latent_channels=voice.latent_channels,
+        voice_name=voice.name,
+        voice_language=voice.phonemizer_language,
+        voice_sample_rate=voice.sample_rate,
+        voice_speakers=json.dumps(voice.speakers, sort_keys=True),
+    )
+
+
 def build_repository(
     voice_dir: Path = DEFAULT_VOICE_DIR,
     repo: Path = DEFAULT_REPOSITORY,
@@ -73,7 +87,7 @@ def build_repository(
     and render every config for ``options`` (default: the committed defaults)."""
     voice_dir, repo = Path(voice_dir), Path(repo)
     voice = Voice.load(voice_dir)
-    options = options or BuildOptions(latent_channels=voice.latent_channels)
+    options = with_voice(options or BuildOptions(), voice)
     if repo.resolve() != DEFAULT_REPOSITORY.resolve():
         shutil.copytree(
             DEFAULT_REPOSITORY,

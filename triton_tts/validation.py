@@ -9,16 +9,20 @@ from __future__ import annotations
 import math
 import unicodedata
 
-MAX_TEXT_CHARS = 1000  # per `tts` request; longer texts belong to the streaming model
+MAX_TEXT_CHARS = 1000  # per chunk through the `tts_chunk` pipeline
+MAX_LONG_TEXT_CHARS = 50_000  # per `tts` / `tts_stream` request, chunked internally
 MIN_SPEED, MAX_SPEED = 0.25, 4.0
 MAX_NOISE = 2.0
+
+
+NOTHING_TO_SAY = "TEXT has nothing the voice can pronounce"
 
 
 class InvalidRequest(ValueError):
     """A request the server refuses; the message is sent back to the client."""
 
 
-def decode_text(raw: bytes | str) -> str:
+def decode_text(raw: bytes | str, limit: int = MAX_TEXT_CHARS) -> str:
     """Decode a TEXT element and make sure there is something to speak."""
     if isinstance(raw, bytes):
         try:
@@ -27,8 +31,8 @@ def decode_text(raw: bytes | str) -> str:
             raise InvalidRequest(f"TEXT is not valid UTF-8 (byte {err.start})") from None
     else:
         text = raw
-    if len(text) > MAX_TEXT_CHARS:
-        raise InvalidRequest(f"TEXT has {len(text)} characters; the limit is {MAX_TEXT_CHARS} per request")
+    if len(text) > limit:
+        raise InvalidRequest(f"TEXT has {len(text)} characters; the limit is {limit} per request")
     # Control and format characters (Cc, Cf) carry nothing to say; line breaks become spaces.
     cleaned = "".join(
         " " if ch in "\n\r\t" else ch

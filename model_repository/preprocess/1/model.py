@@ -20,6 +20,7 @@ from triton_tts.batching import bucket_length
 from triton_tts.text.normalize import normalize_english
 from triton_tts.text.phonemize import EspeakPhonemizer, has_speech
 from triton_tts.validation import (
+    NOTHING_TO_SAY,
     InvalidRequest,
     check_noise,
     check_speaker,
@@ -86,7 +87,7 @@ class TritonPythonModel:
         for (i, scales), phonemes in zip(accepted, self.phonemizer.phonemize(texts), strict=True):
             ids = self.voice.phonemes_to_ids(phonemes)
             if len(ids) < MIN_PHONEME_IDS or not has_speech(phonemes):
-                responses[i] = _error("TEXT has nothing the voice can pronounce")
+                responses[i] = _error(NOTHING_TO_SAY)
                 continue
             padded = np.full(bucket_length(len(ids)) if self.bucketed else len(ids), self.pad_id, np.int64)
             padded[: len(ids)] = ids

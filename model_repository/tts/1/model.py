@@ -1,0 +1,57 @@
+"""``tts``: text of any length (up to 50,000 characters) -> the whole audio.
+
+Long text is split into chunks (first sentence, then ~400-character groups of sentences)
+that go through the ``tts_chunk`` ensemble concurrently, a few at a time, so they batch
+with other traffic and memory stays bounded by the chunks in flight plus the audio
+itself. Chunks are joined with short fades where they meet; a one-chunk text comes back
+exactly as the ensemble made it. ``tts_stream`` delivers the same audio chunk by chunk.
+"""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from triton_tts.bls import ServedVoice, error_response, in_order, read_request
+from triton_tts.chunking import ChunkPlan
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict[str, str]) -> None:
+        config = json.loads(args["model_config"])
+        params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+        self.plan = ChunkPlan(int(params["first_chunk_chars"]), int(params["chunk_chars"]))
+        self.window = int(params["chunks_in_flight"])
+        self.voice = ServedVoice.from_parameters(params)
+        threads = int(params["bls_threads"])
+        # Two pools: request threads wait on chunk threads, so they must never share one.
+        self.requests = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tts")
+        self.chunks = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tts-bls")
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        # All requests' chunks reach the ensemble together, so they batch there.
+        futures = [self.requests.submit(self._synthesize, request) for request in requests]
+        return [f.result() for f in futures]
+
+    def _synthesize(self, request: Any) -> Any:
+        try:
+            long_text = read_request(request, self.plan, self.voice)
+            chunks = list(in_order(self.chunks, long_text, self.window))
+            audio = np.concatenate([chunk_audio for _, chunk_audio, _ in chunks])[None, :]
+            rate = chunks[0][2]
+        except Exception as err:  # the request's own error; others are unaffected
+            return error_response(err)
+        return pb_utils.InferenceResponse(
+            output_tensors=[
+                pb_utils.Tensor("AUDIO", audio),
+                pb_utils.Tensor("SAMPLE_RATE", np.array([[rate]], dtype=np.int32)),
+            ]
+        )
+
+    def finalize(self) -> None:
+        self.requests.shutdown(wait=True, cancel_futures=True)
+        self.chunks.shutdown(wait=True, cancel_futures=True)

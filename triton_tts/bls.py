@@ -1,0 +1,163 @@
+"""Long text through the ``tts_chunk`` ensemble with Triton's business logic scripting.
+
+Shared by the ``tts`` (whole audio) and ``tts_stream`` (decoupled, chunk by chunk)
+Python models: validate and normalise the text once, split it into chunks
+(:mod:`triton_tts.chunking`), and send each chunk through the same ``tts_chunk``
+ensemble that short requests use, so chunks of long texts batch with everyone else's
+traffic in the acoustic and vocoder models. Only importable inside Triton's Python
+backend (it needs ``triton_python_backend_utils``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import triton_python_backend_utils as pb_utils
+
+from triton_tts.chunking import ChunkPlan, join_edges, split_text
+from triton_tts.text.normalize import normalize_english
+from triton_tts.validation import (
+    MAX_LONG_TEXT_CHARS,
+    NOTHING_TO_SAY,
+    InvalidRequest,
+    check_noise,
+    check_speaker,
+    check_speed,
+    decode_text,
+)
+
+CHUNK_MODEL = "tts_chunk"
+PASSED_THROUGH = ("SPEED", "SPEAKER_ID", "NOISE_SCALE", "NOISE_W", "VOICE")
+
+
+class ChunkFailed(Exception):
+    """A chunk's synthesis failed; carries Triton's error (message and code)."""
+
+    def __init__(self, error: Any) -> None:
+        super().__init__(error.message())
+        self.error = error
+
+
+@dataclass
+class LongTextRequest:
+    chunks: list[str]
+    passed_through: list[Any]  # pb_utils.Tensor inputs forwarded to every chunk
+
+
+@dataclass(frozen=True)
+class ServedVoice:
+    """The voice behind ``tts_chunk``, as the long-text models' config parameters say."""
+
+    name: str
+    num_speakers: int
+
+    @classmethod
+    def from_parameters(cls, params: dict[str, str]) -> ServedVoice:
+        return cls(params["voice_name"], max(1, len(json.loads(params["voice_speakers"]))))
+
+
+def _scalar(request: Any, name: str) -> float | None:
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    if tensor is None:
+        return None
+    values = tensor.as_numpy().reshape(-1)
+    if values.size != 1:
+        raise InvalidRequest(f"{name} must hold one value, got {values.size}")
+    return float(values[0])
+
+
+def check_options(request: Any, voice: ServedVoice) -> None:
+    """Fail a bad request before any chunk is synthesised (same checks as preprocess)."""
+    if (speed := _scalar(request, "SPEED")) is not None:
+        check_speed(speed)
+    for name in ("NOISE_SCALE", "NOISE_W"):
+        if (value := _scalar(request, name)) is not None:
+            check_noise(name, value)
+    if (speaker := _scalar(request, "SPEAKER_ID")) is not None:
+        check_speaker(int(speaker), voice.num_speakers, voice.name)
+    if (names := pb_utils.get_input_tensor_by_name(request, "VOICE")) is not None:
+        name = names.as_numpy().reshape(-1)[0]
+        name = name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
+        if name not in ("", voice.name):
+            raise InvalidRequest(f"unknown VOICE '{name}': this server serves '{voice.name}'")
+
+
+def read_request(request: Any, plan: ChunkPlan, voice: ServedVoice) -> LongTextRequest:
+    """TEXT -> normalised chunks; the optional inputs go to every chunk unchanged."""
+    raw = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy().reshape(-1)
+    if raw.size != 1:
+        raise InvalidRequest(f"TEXT must hold one string per request, got {raw.size}")
+    text = normalize_english(decode_text(raw[0], limit=MAX_LONG_TEXT_CHARS))
+    check_options(request, voice)
+    chunks = split_text(text, plan)
+    if not chunks:
+        raise InvalidRequest(NOTHING_TO_SAY)
+    extras = [
+        t for name in PASSED_THROUGH if (t := pb_utils.get_input_tensor_by_name(request, name)) is not None
+    ]
+    return LongTextRequest(chunks, extras)
+
+
+def synthesize_chunk(text: str, extras: list[Any]) -> tuple[npt.NDArray[np.float32], int]:
+    """One chunk through the ensemble (blocking BLS call)."""
+    inputs = [pb_utils.Tensor("TEXT", np.array([[text.encode("utf-8")]], dtype=np.object_)), *extras]
+    response = pb_utils.InferenceRequest(
+        model_name=CHUNK_MODEL, requested_output_names=["AUDIO", "SAMPLE_RATE"], inputs=inputs
+    ).exec()
+    if response.has_error():
+        if response.error().message().endswith(NOTHING_TO_SAY):
+            return np.zeros(0, dtype=np.float32), 0  # e.g. a "* * *" line in a chapter: skip it
+        raise ChunkFailed(response.error())
+    audio = pb_utils.get_output_tensor_by_name(response, "AUDIO").as_numpy().reshape(-1)
+    rate = int(pb_utils.get_output_tensor_by_name(response, "SAMPLE_RATE").as_numpy().reshape(-1)[0])
+    return audio.astype(np.float32, copy=False), rate
+
+
+def in_order(
+    pool: ThreadPoolExecutor,
+    request: LongTextRequest,
+    window: int,
+    cancelled: Callable[[], bool] = lambda: False,
+) -> Iterator[tuple[int, npt.NDArray[np.float32], int]]:
+    """Yield (index, joined audio, rate) in reading order, keeping ``window`` chunks in flight.
+
+    Later chunks are synthesised while earlier ones are delivered; nothing new is started
+    once ``cancelled()`` turns true. Chunks with nothing to pronounce are skipped (the last
+    one is still yielded, empty, so a stream always gets its IS_LAST chunk).
+    """
+    count = len(request.chunks)
+    rate_seen = 0
+    pending: dict[int, Future[tuple[npt.NDArray[np.float32], int]]] = {}
+    submitted = 0
+    for index in range(count):
+        while submitted < count and submitted < index + window and not cancelled():
+            pending[submitted] = pool.submit(
+                synthesize_chunk, request.chunks[submitted], request.passed_through
+            )
+            submitted += 1
+        if index not in pending:
+            return  # cancelled before this chunk started
+        audio, rate = pending.pop(index).result()
+        rate_seen = rate or rate_seen
+        if audio.size == 0 and index < count - 1:
+            continue
+        if rate_seen == 0:
+            raise InvalidRequest(NOTHING_TO_SAY)
+        yield index, join_edges(audio, rate_seen, index, count), rate_seen
+
+
+def error_response(err: Exception) -> Any:
+    if isinstance(err, ChunkFailed):  # keep the chunk's error code (e.g. INVALID_ARG)
+        code = err.error.code() if hasattr(err.error, "code") else pb_utils.TritonError.INTERNAL
+        return pb_utils.InferenceResponse(error=pb_utils.TritonError(err.error.message(), code))
+    if isinstance(err, InvalidRequest):
+        return pb_utils.InferenceResponse(
+            error=pb_utils.TritonError(str(err), pb_utils.TritonError.INVALID_ARG)
+        )
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(f"synthesis failed: {err}"))
