@@ -1,11 +1,27 @@
-"""Client library for the triton-tts ensemble (tritonclient HTTP and gRPC)."""
+"""Client library for triton-tts (tritonclient HTTP and gRPC, sync and asyncio, streaming)."""
 
 from triton_tts.client.tts_client import (
+    AsyncTTSClient,
+    AudioChunk,
     RequestRejected,
     ServerUnavailable,
+    SynthesisOptions,
     SynthesisResult,
+    TimedOut,
     TTSClient,
     TTSError,
+    VoiceInfo,
 )
 
-__all__ = ["RequestRejected", "ServerUnavailable", "SynthesisResult", "TTSClient", "TTSError"]
+__all__ = [
+    "AsyncTTSClient",
+    "AudioChunk",
+    "RequestRejected",
+    "ServerUnavailable",
+    "SynthesisOptions",
+    "SynthesisResult",
+    "TTSClient",
+    "TTSError",
+    "TimedOut",
+    "VoiceInfo",
+]

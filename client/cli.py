@@ -1,38 +1,198 @@
-"""``triton-tts say``: synthesise one text through a running server and write a WAV."""
+"""Client commands of ``triton-tts``: say, say --stream, synth (a file of lines), voices."""
 
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
+from typing import Any, BinaryIO
 
-from triton_tts.client.tts_client import DEFAULT_TIMEOUT_S, TTSClient, TTSError
+import numpy as np
+import numpy.typing as npt
+import soundfile as sf
 
-log = logging.getLogger(__name__)
+from triton_tts.client.tts_client import DEFAULT_TIMEOUT_S, Protocol, SynthesisResult, TTSClient, TTSError
+
+SUBTYPES = {"pcm16": "PCM_16", "float": "FLOAT"}
+
+
+def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", help="server address (default: localhost:8000 http, :8001 grpc)")
+    parser.add_argument("--protocol", choices=["http", "grpc"], default="http")
+    parser.add_argument("--model", default="tts", help="Triton model to call")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds")
+
+
+def add_synthesis_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--voice", default=None, help="voice name (default: the server's default voice)")
+    parser.add_argument("--speed", type=float, default=None, help="1.0 = normal, 2.0 = twice as fast")
+    parser.add_argument("--speaker-id", type=int, default=None, help="speaker of a multi-speaker voice")
+    parser.add_argument("--format", choices=list(SUBTYPES), default="pcm16", help="sample format")
 
 
 def add_say_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("text", help="text to speak ('-' reads standard input)")
-    parser.add_argument("-o", "--output", type=Path, default=Path("out.wav"), help="WAV file to write")
-    parser.add_argument("--url", help="server address (default: localhost:8000 http, :8001 grpc)")
-    parser.add_argument("--protocol", choices=["http", "grpc"], default="http")
-    parser.add_argument("--model", default="tts", help="Triton model to call")
-    parser.add_argument("--voice", default=None, help="voice name (default: the server's default voice)")
-    parser.add_argument("--speed", type=float, default=None, help="1.0 = normal, 2.0 = twice as fast")
-    parser.add_argument("--speaker-id", type=int, default=None, help="speaker of a multi-speaker voice")
-    parser.add_argument("--format", choices=["pcm16", "float"], default="pcm16", help="WAV sample format")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds")
+    parser.add_argument(
+        "-o",
+        "--output",
+        default="out.wav",
+        help="WAV file, .pcm/.raw for headerless PCM, or '-' for raw PCM on standard output",
+    )
+    parser.add_argument(
+        "--stream", action="store_true", help="write audio as it arrives (gRPC; implies --protocol grpc)"
+    )
+    add_connection_arguments(parser)
+    add_synthesis_arguments(parser)
+
+
+class AudioSink:
+    """WAV or raw PCM (file or standard output), written progressively."""
+
+    def __init__(self, output: str, sample_rate: int, sample_format: str) -> None:
+        self.raw = output == "-" or Path(output).suffix.lower() in (".pcm", ".raw")
+        self.dtype = np.int16 if sample_format == "pcm16" else np.float32
+        self._wav: sf.SoundFile | None = None
+        self._raw: BinaryIO | None = None
+        if not self.raw:
+            self._wav = sf.SoundFile(output, "w", sample_rate, 1, SUBTYPES[sample_format], format="WAV")
+        elif output == "-":
+            self._raw = sys.stdout.buffer
+        else:
+            self._raw = open(output, "wb")  # noqa: SIM115 - closed in close()
+
+    def write(self, audio: npt.NDArray[np.float32]) -> None:
+        if self._wav is not None:
+            self._wav.write(audio)
+            return
+        assert self._raw is not None
+        samples = np.clip(audio, -1.0, 1.0)
+        data = (samples * 32767).astype("<i2") if self.dtype == np.int16 else samples.astype("<f4")
+        self._raw.write(data.tobytes())
+        self._raw.flush()
+
+    def close(self) -> None:
+        if self._wav is not None:
+            self._wav.close()
+        elif self._raw is not None and self._raw is not sys.stdout.buffer:
+            self._raw.close()
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    return {"speed": args.speed, "speaker_id": args.speaker_id, "voice": args.voice}
+
+
+def _report(message: str, args: argparse.Namespace) -> None:
+    # With PCM on standard output, the report must not mix into the audio.
+    print(message, file=sys.stderr if getattr(args, "output", None) == "-" else sys.stdout)
 
 
 def say(args: argparse.Namespace) -> int:
     text = sys.stdin.read() if args.text == "-" else args.text
+    protocol: Protocol = "grpc" if args.stream else args.protocol
+    start = time.perf_counter()
+    sink: AudioSink | None = None
+    try:
+        with TTSClient(args.url, protocol, model=args.model, timeout_s=args.timeout) as client:
+            if not args.stream:
+                result = client.synthesize(text, **_options(args))
+                sink = AudioSink(args.output, result.sample_rate, args.format)
+                sink.write(result.audio)
+                seconds, rate, first = result.duration_s, result.sample_rate, None
+            else:
+                samples = rate = 0
+                first = None
+                for chunk in client.stream(text, **_options(args)):
+                    if sink is None:
+                        first = time.perf_counter() - start
+                        sink, rate = AudioSink(args.output, chunk.sample_rate, args.format), chunk.sample_rate
+                    sink.write(chunk.audio)
+                    samples += len(chunk.audio)
+                seconds = samples / rate if rate else 0.0
+    except TTSError as err:
+        print(f"triton-tts: {err}", file=sys.stderr)
+        if sink is None and args.output != "-":
+            Path(args.output).unlink(missing_ok=True)
+        return 1
+    finally:
+        if sink is not None:
+            sink.close()
+    elapsed = time.perf_counter() - start
+    first_note = f", first audio after {first:.2f} s" if first is not None else ""
+    _report(f"wrote {args.output}: {seconds:.2f} s at {rate} Hz in {elapsed:.2f} s{first_note}", args)
+    return 0
+
+
+def add_synth_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--input", type=Path, required=True, help="text file, one utterance per line")
+    parser.add_argument("--out-dir", type=Path, default=Path("synth"), help="one WAV per line: 0001.wav, ...")
+    parser.add_argument("--concurrency", type=int, default=4, help="requests in flight")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_connection_arguments(parser)
+    add_synthesis_arguments(parser)
+
+
+def synth(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    lines = [
+        (n, line.strip()) for n, line in enumerate(args.input.read_text(encoding="utf-8").splitlines(), 1)
+    ]
+    jobs = [(n, text) for n, text in lines if text]
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    local = threading.local()
+    clients: list[TTSClient] = []
+
+    def client() -> TTSClient:
+        if not hasattr(local, "client"):
+            local.client = TTSClient(args.url, args.protocol, model=args.model, timeout_s=args.timeout)
+            clients.append(local.client)
+        return local.client  # type: ignore[no-any-return]
+
+    def one(n: int, text: str) -> tuple[int, SynthesisResult]:
+        result = client().synthesize(text, **_options(args))
+        result.write_wav(args.out_dir / f"{n:04d}.wav", subtype=SUBTYPES[args.format])
+        return n, result
+
+    failures: list[str] = []
+    audio_s = 0.0
+    start = time.perf_counter()
+    with (
+        ThreadPoolExecutor(max_workers=max(1, args.concurrency)) as pool,
+        tqdm(total=len(jobs), unit="line", disable=args.no_progress, file=sys.stderr) as bar,
+    ):
+        futures = {pool.submit(one, n, text): n for n, text in jobs}
+        for future in as_completed(futures):
+            try:
+                audio_s += future.result()[1].duration_s
+            except TTSError as err:
+                failures.append(f"line {futures[future]}: {err}")
+            bar.update(1)
+    for c in clients:
+        c.close()
+    elapsed = time.perf_counter() - start
+    for failure in failures:
+        print(f"triton-tts: {failure}", file=sys.stderr)
+    print(
+        f"wrote {len(jobs) - len(failures)} of {len(jobs)} files to {args.out_dir}: "
+        f"{audio_s:.1f} s of audio in {elapsed:.1f} s"
+    )
+    return 1 if failures else 0
+
+
+def voices(args: argparse.Namespace) -> int:
     try:
         with TTSClient(args.url, args.protocol, model=args.model, timeout_s=args.timeout) as client:
-            result = client.synthesize(text, speed=args.speed, speaker_id=args.speaker_id, voice=args.voice)
+            served = client.voices()
     except TTSError as err:
         print(f"triton-tts: {err}", file=sys.stderr)
         return 1
-    result.write_wav(args.output, subtype="FLOAT" if args.format == "float" else "PCM_16")
-    print(f"wrote {args.output}: {result.duration_s:.2f} s at {result.sample_rate} Hz")
+    print(f"{'voice':<16} {'language':<10} {'rate':>6}  speakers")
+    for v in served:
+        speakers = (
+            ", ".join(f"{name}={i}" for name, i in sorted(v.speakers.items(), key=lambda x: x[1])) or "1"
+        )
+        print(f"{v.name:<16} {v.language:<10} {v.sample_rate:>6}  {speakers}")
     return 0

@@ -1,16 +1,24 @@
-"""Synthesise speech through the ``tts`` ensemble with tritonclient, over HTTP or gRPC.
+"""Speech from a triton-tts server with tritonclient: HTTP or gRPC, sync or asyncio, streaming.
 
 Example::
 
     from triton_tts.client import TTSClient
 
     with TTSClient("localhost:8001", protocol="grpc") as tts:
-        result = tts.synthesize("Hello there.", speed=1.1)
-        result.write_wav("hello.wav")  # at the sample rate the server reported
+        tts.synthesize("Hello there.", speed=1.1).write_wav("hello.wav")
+        for chunk in tts.stream(long_text):        # gRPC: audio as it is made
+            play(chunk.audio, chunk.sample_rate)
+
+Models: ``tts`` (whole audio, any length), ``tts_stream`` (decoupled, chunk by chunk;
+gRPC only: HTTP cannot carry Triton's decoupled responses). The sample rate always comes
+from the server.
 """
 
 from __future__ import annotations
 
+import json
+import queue
+from collections.abc import AsyncIterator, Generator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -20,13 +28,18 @@ import numpy as np
 import numpy.typing as npt
 import soundfile as sf
 import tritonclient.grpc as grpcclient
+import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
+import tritonclient.http.aio as httpaio
 from tritonclient.utils import InferenceServerException
 
 Protocol = Literal["http", "grpc"]
 DEFAULT_URLS: dict[str, str] = {"http": "localhost:8000", "grpc": "localhost:8001"}
 DEFAULT_MODEL = "tts"
-DEFAULT_TIMEOUT_S = 120.0
+STREAM_MODEL = "tts_stream"
+DEFAULT_TIMEOUT_S = 300.0
+OUTPUTS = ("AUDIO", "SAMPLE_RATE")
+STREAM_OUTPUTS = ("AUDIO", "SAMPLE_RATE", "CHUNK_INDEX", "IS_LAST")
 
 
 class TTSError(RuntimeError):
@@ -39,6 +52,10 @@ class ServerUnavailable(TTSError):
 
 class RequestRejected(TTSError):
     """The server refused this request (bad input); the message is the server's."""
+
+
+class TimedOut(TTSError):
+    """No answer within the client's timeout."""
 
 
 @dataclass(frozen=True)
@@ -67,31 +84,117 @@ class SynthesisResult:
         return Path(path)
 
 
-def _rejected_or_unavailable(err: InferenceServerException, url: str) -> TTSError:
+@dataclass(frozen=True)
+class AudioChunk:
+    index: int
+    audio: npt.NDArray[np.float32]
+    sample_rate: int
+    is_last: bool
+
+
+@dataclass(frozen=True)
+class VoiceInfo:
+    name: str
+    language: str
+    sample_rate: int
+    speakers: dict[str, int]
+
+
+def classify(err: InferenceServerException, url: str) -> TTSError:
+    """tritonclient's exception -> the client's error types, keeping the server's words."""
     status = str(err.status() or "")
     message = err.message() or str(err)
-    if "unknown model" in message.lower() or "is not ready" in message.lower():
+    lowered = message.lower()
+    if "unknown model" in lowered or "is not ready" in lowered or "is not found" in lowered:
         return ServerUnavailable(f"{url} does not serve a ready model: {message}")
     if status in ("400", "StatusCode.INVALID_ARGUMENT"):
         return RequestRejected(message)
-    if status in ("StatusCode.UNAVAILABLE", "503") or "failed to connect" in message.lower():
+    if "deadline" in lowered or "timed out" in lowered or status == "StatusCode.DEADLINE_EXCEEDED":
+        return TimedOut(message)
+    if status in ("StatusCode.UNAVAILABLE", "503") or "failed to connect" in lowered:
         return ServerUnavailable(f"cannot reach {url}: {message}")
     return TTSError(f"{message} (status {status})" if status else message)
 
 
+def build_inputs(lib: Any, text: str | bytes, options: SynthesisOptions) -> list[Any]:
+    """The request tensors for ``lib`` (tritonclient.http/grpc, or their aio variants)."""
+
+    def tensor(name: str, value: npt.NDArray[Any], dtype: str) -> Any:
+        t = lib.InferInput(name, list(value.shape), dtype)
+        t.set_data_from_numpy(value)
+        return t
+
+    raw = text.encode("utf-8") if isinstance(text, str) else text
+    inputs = [tensor("TEXT", np.array([[raw]], dtype=np.object_), "BYTES")]
+    if options.voice:
+        inputs.append(tensor("VOICE", np.array([[options.voice.encode("utf-8")]], np.object_), "BYTES"))
+    for name, value, dtype, np_type in (
+        ("SPEED", options.speed, "FP32", np.float32),
+        ("SPEAKER_ID", options.speaker_id, "INT64", np.int64),
+        ("NOISE_SCALE", options.noise_scale, "FP32", np.float32),
+        ("NOISE_W", options.noise_w, "FP32", np.float32),
+    ):
+        if value is not None:
+            inputs.append(tensor(name, np.array([[value]], dtype=np_type), dtype))
+    return inputs
+
+
+def _result(result: Any) -> SynthesisResult:
+    audio = np.asarray(result.as_numpy("AUDIO"), dtype=np.float32).reshape(-1)
+    return SynthesisResult(
+        audio=audio, sample_rate=int(np.asarray(result.as_numpy("SAMPLE_RATE")).reshape(-1)[0])
+    )
+
+
+def _chunk(result: Any) -> AudioChunk:
+    return AudioChunk(
+        index=int(result.as_numpy("CHUNK_INDEX").reshape(-1)[0]),
+        audio=np.asarray(result.as_numpy("AUDIO"), dtype=np.float32).reshape(-1),
+        sample_rate=int(result.as_numpy("SAMPLE_RATE").reshape(-1)[0]),
+        is_last=bool(result.as_numpy("IS_LAST").reshape(-1)[0]),
+    )
+
+
+def _voices(config: dict[str, Any]) -> list[VoiceInfo]:
+    params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+    return [
+        VoiceInfo(
+            name=params["voice_name"],
+            language=params["voice_language"],
+            sample_rate=int(params["voice_sample_rate"]),
+            speakers=json.loads(params["voice_speakers"]),
+        )
+    ]
+
+
+def _stream_error(error: InferenceServerException, url: str) -> TTSError:
+    # An error response inside a stream carries only the server's message: the server
+    # answered and refused this request.
+    return classify(error, url) if error.status() else RequestRejected(error.message() or str(error))
+
+
+def _needs_grpc(protocol: str) -> None:
+    if protocol != "grpc":
+        raise ValueError("streaming needs gRPC: HTTP cannot carry Triton's decoupled responses")
+
+
 class TTSClient:
+    """Blocking client; one per thread (tritonclient clients are not shared across threads)."""
+
     def __init__(
         self,
         url: str | None = None,
         protocol: Protocol = "http",
         model: str = DEFAULT_MODEL,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        stream_model: str = STREAM_MODEL,
     ) -> None:
         if protocol not in DEFAULT_URLS:
             raise ValueError(f"protocol must be 'http' or 'grpc', not {protocol!r}")
         self.protocol = protocol
         self.url = url or DEFAULT_URLS[protocol]
         self.model = model
+        self.stream_model = stream_model
         self.timeout_s = timeout_s
         self._lib: Any = httpclient if protocol == "http" else grpcclient
         if protocol == "http":
@@ -115,31 +218,21 @@ class TTSClient:
     def is_ready(self) -> bool:
         try:
             return bool(self._client.is_model_ready(self.model))
-        except InferenceServerException:
-            return False
-        except Exception:  # connection refused and friends
+        except Exception:  # refused connections and friends
             return False
 
-    def _input(self, name: str, value: npt.NDArray[Any], dtype: str) -> Any:
-        tensor = self._lib.InferInput(name, list(value.shape), dtype)
-        tensor.set_data_from_numpy(value)
-        return tensor
-
-    def build_inputs(self, text: str | bytes, options: SynthesisOptions) -> list[Any]:
-        raw = text.encode("utf-8") if isinstance(text, str) else text
-        inputs = [self._input("TEXT", np.array([[raw]], dtype=np.object_), "BYTES")]
-        if options.voice:
-            voice = np.array([[options.voice.encode("utf-8")]], np.object_)
-            inputs.append(self._input("VOICE", voice, "BYTES"))
-        for name, value, dtype, np_type in (
-            ("SPEED", options.speed, "FP32", np.float32),
-            ("SPEAKER_ID", options.speaker_id, "INT64", np.int64),
-            ("NOISE_SCALE", options.noise_scale, "FP32", np.float32),
-            ("NOISE_W", options.noise_w, "FP32", np.float32),
-        ):
-            if value is not None:
-                inputs.append(self._input(name, np.array([[value]], dtype=np_type), dtype))
-        return inputs
+    def voices(self) -> list[VoiceInfo]:
+        """The voices the server serves (from the ``tts`` model's config)."""
+        try:
+            if self.protocol == "http":
+                config = self._client.get_model_config(self.model)
+            else:
+                config = self._client.get_model_config(self.model, as_json=True)["config"]
+        except InferenceServerException as err:
+            raise classify(err, self.url) from None
+        except ConnectionError as err:
+            raise ServerUnavailable(f"cannot reach {self.url}: {err}") from None
+        return _voices(config)
 
     def synthesize(
         self,
@@ -150,10 +243,10 @@ class TTSClient:
         noise_w: float | None = None,
         voice: str | None = None,
     ) -> SynthesisResult:
-        """One text -> audio; unset options take the server's defaults."""
+        """One text (any length) -> the whole audio; unset options take the server's defaults."""
         options = SynthesisOptions(speed, speaker_id, noise_scale, noise_w, voice)
-        inputs = self.build_inputs(text, options)
-        outputs = [self._lib.InferRequestedOutput(n) for n in ("AUDIO", "SAMPLE_RATE")]
+        inputs = build_inputs(self._lib, text, options)
+        outputs = [self._lib.InferRequestedOutput(n) for n in OUTPUTS]
         try:
             if self.protocol == "http":
                 result = self._client.infer(self.model, inputs, outputs=outputs)
@@ -162,9 +255,127 @@ class TTSClient:
                     self.model, inputs, outputs=outputs, client_timeout=self.timeout_s
                 )
         except InferenceServerException as err:
-            raise _rejected_or_unavailable(err, self.url) from None
+            raise classify(err, self.url) from None
         except ConnectionError as err:
             raise ServerUnavailable(f"cannot reach {self.url}: {err}") from None
-        audio = np.asarray(result.as_numpy("AUDIO"), dtype=np.float32).reshape(-1)
-        rate = int(np.asarray(result.as_numpy("SAMPLE_RATE")).reshape(-1)[0])
-        return SynthesisResult(audio=audio, sample_rate=rate)
+        except TimeoutError as err:
+            raise TimedOut(f"no answer from {self.url} within {self.timeout_s:g} s") from err
+        return _result(result)
+
+    def stream(
+        self,
+        text: str | bytes,
+        speed: float | None = None,
+        speaker_id: int | None = None,
+        noise_scale: float | None = None,
+        noise_w: float | None = None,
+        voice: str | None = None,
+    ) -> Generator[AudioChunk, None, None]:
+        """Audio chunks in order as the server makes them (gRPC). Leaving the loop early
+        (or closing the generator) cancels the request on the server."""
+        _needs_grpc(self.protocol)
+        options = SynthesisOptions(speed, speaker_id, noise_scale, noise_w, voice)
+        answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+        self._client.start_stream(callback=lambda result, error: answers.put((result, error)))
+        finished = False
+        try:
+            self._client.async_stream_infer(
+                self.stream_model,
+                build_inputs(grpcclient, text, options),
+                outputs=[grpcclient.InferRequestedOutput(n) for n in STREAM_OUTPUTS],
+                enable_empty_final_response=True,
+            )
+            while True:
+                try:
+                    result, error = answers.get(timeout=self.timeout_s)
+                except queue.Empty:
+                    raise TimedOut(f"no audio from {self.url} within {self.timeout_s:g} s") from None
+                if error is not None:
+                    raise _stream_error(error, self.url)
+                response = result.get_response()
+                final = response.parameters["triton_final_response"].bool_param
+                if response.outputs:
+                    yield _chunk(result)
+                if final:
+                    finished = True
+                    return
+        finally:
+            self._client.stop_stream(cancel_requests=not finished)
+
+
+class AsyncTTSClient:
+    """asyncio client (tritonclient's aio modules), HTTP or gRPC."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        protocol: Protocol = "grpc",
+        model: str = DEFAULT_MODEL,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        stream_model: str = STREAM_MODEL,
+    ) -> None:
+        if protocol not in DEFAULT_URLS:
+            raise ValueError(f"protocol must be 'http' or 'grpc', not {protocol!r}")
+        self.protocol = protocol
+        self.url = url or DEFAULT_URLS[protocol]
+        self.model = model
+        self.stream_model = stream_model
+        self.timeout_s = timeout_s
+        self._lib: Any = httpaio if protocol == "http" else grpcaio
+        self._client: Any = (
+            httpaio.InferenceServerClient(self.url, conn_timeout=timeout_s)
+            if protocol == "http"
+            else grpcaio.InferenceServerClient(self.url)
+        )
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    async def __aenter__(self) -> AsyncTTSClient:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def synthesize(self, text: str | bytes, **options: Any) -> SynthesisResult:
+        inputs = build_inputs(self._lib, text, SynthesisOptions(**options))
+        outputs = [self._lib.InferRequestedOutput(n) for n in OUTPUTS]
+        try:
+            if self.protocol == "http":
+                result = await self._client.infer(
+                    self.model, inputs, outputs=outputs, timeout=int(self.timeout_s)
+                )
+            else:
+                result = await self._client.infer(
+                    self.model, inputs, outputs=outputs, client_timeout=self.timeout_s
+                )
+        except InferenceServerException as err:
+            raise classify(err, self.url) from None
+        except (ConnectionError, OSError) as err:
+            raise ServerUnavailable(f"cannot reach {self.url}: {err}") from None
+        return _result(result)
+
+    async def stream(self, text: str | bytes, **options: Any) -> AsyncIterator[AudioChunk]:
+        _needs_grpc(self.protocol)
+        inputs = build_inputs(grpcaio, text, SynthesisOptions(**options))
+
+        async def requests() -> AsyncIterator[dict[str, Any]]:
+            yield {
+                "model_name": self.stream_model,
+                "inputs": inputs,
+                "outputs": [grpcaio.InferRequestedOutput(n) for n in STREAM_OUTPUTS],
+            }
+
+        responses = self._client.stream_infer(requests(), stream_timeout=self.timeout_s)
+        try:
+            async for result, error in responses:
+                if error is not None:
+                    raise _stream_error(error, self.url)
+                chunk = _chunk(result)
+                yield chunk
+                if chunk.is_last:
+                    return
+        finally:
+            responses.cancel()

@@ -14,7 +14,14 @@ import signal
 import sys
 from pathlib import Path
 
-from triton_tts.client.cli import add_say_arguments, say
+from triton_tts.client.cli import (
+    add_connection_arguments,
+    add_say_arguments,
+    add_synth_arguments,
+    say,
+    synth,
+    voices,
+)
 from triton_tts.model_configs import BuildOptions
 from triton_tts.repository import DEFAULT_REPOSITORY, DEFAULT_VOICE_DIR, build_repository
 from triton_tts.voice import VOICE_FILE
@@ -159,6 +166,16 @@ def build_parser() -> argparse.ArgumentParser:
     say_parser = sub.add_parser("say", help="synthesise a text to a WAV file", formatter_class=defaults)
     add_say_arguments(say_parser)
     say_parser.set_defaults(func=say)
+
+    synth_parser = sub.add_parser(
+        "synth", help="synthesise every line of a text file, concurrently", formatter_class=defaults
+    )
+    add_synth_arguments(synth_parser)
+    synth_parser.set_defaults(func=synth)
+
+    voices_parser = sub.add_parser("voices", help="list the voices a server serves", formatter_class=defaults)
+    add_connection_arguments(voices_parser)
+    voices_parser.set_defaults(func=voices)
 
     export = sub.add_parser("export", help="export a voice to a voice folder")
     export_sub = export.add_subparsers(dest="family", required=True)

@@ -5,7 +5,7 @@ audio); each chunk goes through the ``tts_chunk`` ensemble while earlier ones ar
 delivered. Every response carries AUDIO, SAMPLE_RATE, CHUNK_INDEX and IS_LAST; the final
 flag is always sent (from a ``finally``), also after an error, and a cancelled request
 (the client went away) stops before its next chunk. ``finalize`` waits for streams in
-flight.
+flight. The response sender is never touched after the final flag.
 """
 
 from __future__ import annotations
@@ -63,12 +63,12 @@ class TritonPythonModel:
                         pb_utils.Tensor("IS_LAST", np.array([[last]], dtype=np.bool_)),
                     ]
                 )
+                # After the final flag the sender is gone: not even is_cancelled() may be
+                # called on it (Triton 2.51 crashes).
                 sender.send(response, flags=FINAL if last else 0)
                 sent_final = last
-                if sender.is_cancelled():
-                    break
         except Exception as err:
-            if not sender.is_cancelled():
+            if not sent_final:
                 sender.send(error_response(err))
         finally:
             if not sent_final:
