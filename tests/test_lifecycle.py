@@ -17,17 +17,15 @@ from tests.helpers import tts_inputs
 from triton_tts.server import TritonServer, free_port
 
 
-def wait_ready(client: httpclient.InferenceServerClient, process: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        assert process.poll() is None, process.stdout.read() if process.stdout else ""
-        try:
-            if client.is_server_ready():
-                return
-        except Exception:
-            pass
-        time.sleep(0.5)
-    raise TimeoutError("serve did not become ready")
+def wait_for_ready_message(process: subprocess.Popen[str]) -> str:
+    """Read serve's output until it says it is ready (it says so only after warm-up)."""
+    assert process.stdout is not None
+    seen = []
+    for line in process.stdout:
+        seen.append(line)
+        if "triton-tts is ready (warm-up done)" in line:
+            return "".join(seen)
+    raise AssertionError("serve exited before it was ready:\n" + "".join(seen))
 
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
@@ -45,8 +43,8 @@ def test_serve_finishes_in_flight_requests_then_exits(
     )  # fmt: skip
     client = httpclient.InferenceServerClient(f"localhost:{http_port}", concurrency=4, network_timeout=120)
     try:
-        wait_ready(client, process)
-        assert client.is_model_ready("tts")
+        startup = wait_for_ready_message(process)
+        assert client.is_server_ready() and client.is_model_ready("tts")
         pending = [
             client.async_infer("tts", tts_inputs(httpclient, f"Request number {i} is still in flight."))
             for i in range(4)
@@ -59,6 +57,7 @@ def test_serve_finishes_in_flight_requests_then_exits(
         # Triton also waits (up to --exit-timeout-secs) for open keep-alive connections.
         client.close()
         output, _ = process.communicate(timeout=60)
+        output = startup + output
     finally:
         client.close()
         if process.poll() is None:
