@@ -125,7 +125,7 @@ def in_order(
     window: int,
     cancelled: Callable[[], bool] = lambda: False,
 ) -> Iterator[tuple[int, npt.NDArray[np.float32], int]]:
-    """Yield (index, joined audio, rate) in reading order, keeping ``window`` chunks in flight.
+    """Yield (index, joined audio, rate) in reading order, ``window`` chunks in flight.
 
     Later chunks are synthesised while earlier ones are delivered; nothing new is started
     once ``cancelled()`` turns true. Chunks with nothing to pronounce are skipped (the last
@@ -136,7 +136,10 @@ def in_order(
     pending: dict[int, Future[tuple[npt.NDArray[np.float32], int]]] = {}
     submitted = 0
     for index in range(count):
-        while submitted < count and submitted < index + window and not cancelled():
+        # The first chunk travels alone: a Python-backend model answers a whole batch at
+        # once, so chunk 0 batched with the (long) chunk 1 would wait for it.
+        limit = 1 if index == 0 else window
+        while submitted < count and submitted < index + limit and not cancelled():
             pending[submitted] = pool.submit(
                 synthesize_chunk, request.chunks[submitted], request.passed_through
             )

@@ -1,0 +1,187 @@
+"""Time to first audio with streaming, total latency without, and server memory on long text.
+
+For a ~600-character paragraph at concurrency 1, 4 and 8: first-chunk latency (p50/p99)
+through ``tts_stream`` (gRPC) and total latency through ``tts``; then the peak resident
+memory of the whole server (tritonserver + every Python-backend stub) while ``tts``
+synthesises a 20,000-character text.
+
+    python benchmarks/streaming.py                 # starts its own server on free ports
+    python benchmarks/streaming.py --rounds 1 --levels 1 --chapter-chars 2000   # smoke
+
+Writes results/streaming.json and prints Markdown tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import platform
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from triton_tts.client import TTSClient
+from triton_tts.onnx_session import available_cores
+
+PARAGRAPH = (
+    "Thank you for calling the city library. Our opening hours have changed this month: we now open "
+    "at nine in the morning and close at eight in the evening from Monday to Friday. On Saturdays we "
+    "open at ten and close at four, and we are closed on Sundays and public holidays. You can renew "
+    "your loans online, by phone, or at any branch, and you can now borrow up to twenty items at a "
+    "time. If you have a question about your account, please stay on the line and a member of our "
+    "team will be with you shortly."
+)
+
+
+def p(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q))
+
+
+def latency_level(grpc_url: str, concurrency: int, rounds: int) -> dict[str, Any]:
+    local = threading.local()
+
+    def client() -> TTSClient:
+        if not hasattr(local, "client"):
+            local.client = TTSClient(grpc_url, "grpc")
+        return local.client  # type: ignore[no-any-return]
+
+    def streamed(_: int) -> tuple[float, float]:
+        start = time.perf_counter()
+        first = 0.0
+        for chunk in client().stream(PARAGRAPH):
+            if chunk.index == 0:
+                first = time.perf_counter() - start
+        return first, time.perf_counter() - start
+
+    def whole(_: int) -> float:
+        start = time.perf_counter()
+        client().synthesize(PARAGRAPH)
+        return time.perf_counter() - start
+
+    count = concurrency * rounds
+    with ThreadPoolExecutor(concurrency) as pool:
+        stream_times = list(pool.map(streamed, range(count)))
+        whole_times = list(pool.map(whole, range(count)))
+    firsts = [f for f, _ in stream_times]
+    return {
+        "concurrency": concurrency,
+        "requests": count,
+        "first_chunk_p50_s": p(firsts, 50),
+        "first_chunk_p99_s": p(firsts, 99),
+        "stream_total_p50_s": p([t for _, t in stream_times], 50),
+        "whole_p50_s": p(whole_times, 50),
+        "whole_p99_s": p(whole_times, 99),
+    }
+
+
+def process_tree_rss_kib(root_pid: int) -> int:
+    """Resident memory of a process and all its descendants (tritonserver + stubs)."""
+    children: dict[int, list[int]] = {}
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line)
+        except (OSError, ValueError):
+            continue
+        children.setdefault(int(fields.get("PPid", "0").strip()), []).append(int(status.parent.name))
+    total, stack = 0, [root_pid]
+    while stack:
+        pid = stack.pop()
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            continue
+        stack.extend(children.get(pid, []))
+    return total
+
+
+def chapter_memory(http_url: str, server_pid: int, chars: int) -> dict[str, Any]:
+    chapter = (PARAGRAPH + " ") * (chars // (len(PARAGRAPH) + 1) + 1)
+    chapter = chapter[:chars].rsplit(" ", 1)[0] + "."
+    baseline = process_tree_rss_kib(server_pid)
+    peak = [baseline]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], process_tree_rss_kib(server_pid))
+            time.sleep(0.05)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    start = time.perf_counter()
+    with TTSClient(http_url, "http", timeout_s=1800) as client:
+        result = client.synthesize(chapter)
+    elapsed = time.perf_counter() - start
+    done.set()
+    sampler.join()
+    return {
+        "chars": len(chapter),
+        "audio_s": result.duration_s,
+        "seconds": elapsed,
+        "server_rss_before_mib": baseline / 1024,
+        "server_rss_peak_mib": peak[0] / 1024,
+        "server_rss_after_mib": process_tree_rss_kib(server_pid) / 1024,
+        "audio_mib": result.audio.nbytes / 2**20,
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--levels", type=int, nargs="+", default=[1, 4, 8])
+    parser.add_argument("--rounds", type=int, default=4, help="requests per client thread")
+    parser.add_argument("--chapter-chars", type=int, default=20_000)
+    parser.add_argument("--out", type=Path, default=Path("results/streaming.json"))
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    from triton_tts.cli import ensure_default_voice
+    from triton_tts.repository import DEFAULT_VOICE_DIR, build_repository
+    from triton_tts.server import TritonServer, free_port
+
+    with ExitStack() as stack:
+        ensure_default_voice(DEFAULT_VOICE_DIR)
+        server = stack.enter_context(
+            TritonServer(
+                build_repository(DEFAULT_VOICE_DIR),
+                http_port=free_port(),
+                grpc_port=free_port(),
+                metrics_port=free_port(),
+            )
+        )
+        assert server.process is not None
+        with TTSClient(server.grpc_url, "grpc") as warm:
+            list(warm.stream(PARAGRAPH))
+        results: dict[str, Any] = {
+            "machine": f"{platform.machine()}, {available_cores()} cores",
+            "paragraph_chars": len(PARAGRAPH),
+            "levels": [latency_level(server.grpc_url, c, args.rounds) for c in args.levels],
+            "chapter": chapter_memory(server.http_url, server.process.pid, args.chapter_chars),
+        }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2), encoding="utf-8")
+    print(f"\n{results['paragraph_chars']}-character paragraph ({results['machine']}):\n")
+    print("| concurrency | first chunk p50 | first chunk p99 | whole, no streaming p50 | p99 |")
+    print("|---|---|---|---|---|")
+    for r in results["levels"]:
+        print(
+            f"| {r['concurrency']} | {r['first_chunk_p50_s']:.2f} s | {r['first_chunk_p99_s']:.2f} s "
+            f"| {r['whole_p50_s']:.2f} s | {r['whole_p99_s']:.2f} s |"
+        )
+    c = results["chapter"]
+    print(
+        f"\n{c['chars']} characters -> {c['audio_s'] / 60:.1f} min of audio in {c['seconds']:.1f} s; "
+        f"server RSS {c['server_rss_before_mib']:.0f} MiB before, peak {c['server_rss_peak_mib']:.0f} MiB, "
+        f"{c['server_rss_after_mib']:.0f} MiB after (the audio itself: {c['audio_mib']:.0f} MiB)"
+    )
+    return results
+
+
+if __name__ == "__main__":
+    main()
