@@ -73,6 +73,16 @@ def test_gpu_variants_run_natively_on_the_gpu(variant: str) -> None:
         assert all(g.kind == mc.ModelInstanceGroup.KIND_CPU for g in models[stage].instance_group)
 
 
+def test_long_text_models() -> None:
+    models = load_variant("cpu", model_configs.render())
+    assert models["tts_stream"].model_transaction_policy.decoupled
+    assert not models["tts"].model_transaction_policy.decoupled
+    assert [t.name for t in models["tts_stream"].output] == ["AUDIO", "SAMPLE_RATE", "CHUNK_INDEX", "IS_LAST"]
+    for name in ("tts", "tts_stream"):
+        assert [t.name for t in models[name].input] == [t.name for t in models["tts_chunk"].input]
+        assert models[name].parameters["voice_name"].string_value == "joe"
+
+
 def test_build_options_reach_the_configs(tmp_path: Path) -> None:
     options = BuildOptions(vocoder_instances=3, vocoder_threads="1", max_batch_size=8, latent_channels=80)
     model_configs.write(tmp_path, options)
