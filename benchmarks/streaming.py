@@ -28,15 +28,7 @@ import numpy as np
 
 from triton_tts.client import TTSClient
 from triton_tts.onnx_session import available_cores
-
-PARAGRAPH = (
-    "Thank you for calling the city library. Our opening hours have changed this month: we now open "
-    "at nine in the morning and close at eight in the evening from Monday to Friday. On Saturdays we "
-    "open at ten and close at four, and we are closed on Sundays and public holidays. You can renew "
-    "your loans online, by phone, or at any branch, and you can now borrow up to twenty items at a "
-    "time. If you have a question about your account, please stay on the line and a member of our "
-    "team will be with you shortly."
-)
+from triton_tts.sample_texts import PARAGRAPH
 
 
 def p(values: list[float], q: float) -> float:

@@ -178,13 +178,13 @@ def _needs_grpc(protocol: str) -> None:
         raise ValueError("streaming needs gRPC: HTTP cannot carry Triton's decoupled responses")
 
 
-class TTSClient:
-    """Blocking client; one per thread (tritonclient clients are not shared across threads)."""
+class _Settings:
+    """Where and how a client talks to the server (shared by the sync and asyncio clients)."""
 
     def __init__(
         self,
-        url: str | None = None,
-        protocol: Protocol = "http",
+        url: str | None,
+        protocol: Protocol,
         model: str = DEFAULT_MODEL,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         stream_model: str = STREAM_MODEL,
@@ -196,6 +196,14 @@ class TTSClient:
         self.model = model
         self.stream_model = stream_model
         self.timeout_s = timeout_s
+
+
+class TTSClient(_Settings):
+    """Blocking client; one per thread (tritonclient clients are not shared across threads)."""
+
+    def __init__(self, url: str | None = None, protocol: Protocol = "http", **settings: Any) -> None:
+        super().__init__(url, protocol, **settings)
+        timeout_s = self.timeout_s
         self._lib: Any = httpclient if protocol == "http" else grpcclient
         if protocol == "http":
             self._client: Any = httpclient.InferenceServerClient(
@@ -303,27 +311,14 @@ class TTSClient:
             self._client.stop_stream(cancel_requests=not finished)
 
 
-class AsyncTTSClient:
+class AsyncTTSClient(_Settings):
     """asyncio client (tritonclient's aio modules), HTTP or gRPC."""
 
-    def __init__(
-        self,
-        url: str | None = None,
-        protocol: Protocol = "grpc",
-        model: str = DEFAULT_MODEL,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-        stream_model: str = STREAM_MODEL,
-    ) -> None:
-        if protocol not in DEFAULT_URLS:
-            raise ValueError(f"protocol must be 'http' or 'grpc', not {protocol!r}")
-        self.protocol = protocol
-        self.url = url or DEFAULT_URLS[protocol]
-        self.model = model
-        self.stream_model = stream_model
-        self.timeout_s = timeout_s
+    def __init__(self, url: str | None = None, protocol: Protocol = "grpc", **settings: Any) -> None:
+        super().__init__(url, protocol, **settings)
         self._lib: Any = httpaio if protocol == "http" else grpcaio
         self._client: Any = (
-            httpaio.InferenceServerClient(self.url, conn_timeout=timeout_s)
+            httpaio.InferenceServerClient(self.url, conn_timeout=self.timeout_s)
             if protocol == "http"
             else grpcaio.InferenceServerClient(self.url)
         )

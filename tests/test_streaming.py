@@ -18,17 +18,10 @@ from tritonclient.utils import InferenceServerException
 from tests.helpers import DETERMINISTIC, model_counts, synthesize, tts_inputs
 from triton_tts.chunking import split_text
 from triton_tts.client import AsyncTTSClient, RequestRejected, TTSClient
+from triton_tts.sample_texts import PARAGRAPH
 from triton_tts.server import TritonServer
 from triton_tts.text.normalize import normalize_english
 
-PARAGRAPH = (
-    "Thank you for calling the city library. Our opening hours have changed this month: we now open "
-    "at nine in the morning and close at eight in the evening from Monday to Friday. On Saturdays we "
-    "open at ten and close at four, and we are closed on Sundays and public holidays. You can renew "
-    "your loans online, by phone, or at any branch, and you can now borrow up to twenty items at a "
-    "time. If you have a question about your account, please stay on the line and a member of our "
-    "team will be with you shortly."
-)
 JOIN_ATOL = 2e-4  # chunks batch with different neighbours in the two runs: rounding only
 
 

@@ -21,16 +21,9 @@ import numpy.typing as npt
 import triton_python_backend_utils as pb_utils
 
 from triton_tts.chunking import ChunkPlan, join_edges, split_text
+from triton_tts.request_options import read_options
 from triton_tts.text.normalize import normalize_english
-from triton_tts.validation import (
-    MAX_LONG_TEXT_CHARS,
-    NOTHING_TO_SAY,
-    InvalidRequest,
-    check_noise,
-    check_speaker,
-    check_speed,
-    decode_text,
-)
+from triton_tts.validation import MAX_LONG_TEXT_CHARS, NOTHING_TO_SAY, InvalidRequest, decode_text
 
 CHUNK_MODEL = "tts_chunk"
 PASSED_THROUGH = ("SPEED", "SPEAKER_ID", "NOISE_SCALE", "NOISE_W", "VOICE")
@@ -62,39 +55,13 @@ class ServedVoice:
         return cls(params["voice_name"], max(1, len(json.loads(params["voice_speakers"]))))
 
 
-def _scalar(request: Any, name: str) -> float | None:
-    tensor = pb_utils.get_input_tensor_by_name(request, name)
-    if tensor is None:
-        return None
-    values = tensor.as_numpy().reshape(-1)
-    if values.size != 1:
-        raise InvalidRequest(f"{name} must hold one value, got {values.size}")
-    return float(values[0])
-
-
-def check_options(request: Any, voice: ServedVoice) -> None:
-    """Fail a bad request before any chunk is synthesised (same checks as preprocess)."""
-    if (speed := _scalar(request, "SPEED")) is not None:
-        check_speed(speed)
-    for name in ("NOISE_SCALE", "NOISE_W"):
-        if (value := _scalar(request, name)) is not None:
-            check_noise(name, value)
-    if (speaker := _scalar(request, "SPEAKER_ID")) is not None:
-        check_speaker(int(speaker), voice.num_speakers, voice.name)
-    if (names := pb_utils.get_input_tensor_by_name(request, "VOICE")) is not None:
-        name = names.as_numpy().reshape(-1)[0]
-        name = name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
-        if name not in ("", voice.name):
-            raise InvalidRequest(f"unknown VOICE '{name}': this server serves '{voice.name}'")
-
-
 def read_request(request: Any, plan: ChunkPlan, voice: ServedVoice) -> LongTextRequest:
     """TEXT -> normalised chunks; the optional inputs go to every chunk unchanged."""
     raw = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy().reshape(-1)
     if raw.size != 1:
         raise InvalidRequest(f"TEXT must hold one string per request, got {raw.size}")
     text = normalize_english(decode_text(raw[0], limit=MAX_LONG_TEXT_CHARS))
-    check_options(request, voice)
+    read_options(request, voice.name, voice.num_speakers)  # fail before any chunk runs
     chunks = split_text(text, plan)
     if not chunks:
         raise InvalidRequest(NOTHING_TO_SAY)

@@ -17,29 +17,17 @@ import numpy.typing as npt
 import triton_python_backend_utils as pb_utils
 
 from triton_tts.batching import bucket_length
+from triton_tts.request_options import read_options
 from triton_tts.text.normalize import normalize_english
 from triton_tts.text.phonemize import EspeakPhonemizer, has_speech
 from triton_tts.validation import (
     NOTHING_TO_SAY,
     InvalidRequest,
-    check_noise,
-    check_speaker,
-    check_speed,
     decode_text,
 )
 from triton_tts.voice import Voice
 
 MIN_PHONEME_IDS = 5  # BOS PAD symbol PAD EOS
-
-
-def _scalar(request: Any, name: str, default: float) -> float:
-    tensor = pb_utils.get_input_tensor_by_name(request, name)
-    if tensor is None:
-        return default
-    values = tensor.as_numpy().reshape(-1)
-    if values.size != 1:
-        raise InvalidRequest(f"{name} must hold one value, got {values.size}")
-    return float(values[0])
 
 
 class TritonPythonModel:
@@ -62,15 +50,12 @@ class TritonPythonModel:
         if raw.size != 1:
             raise InvalidRequest(f"TEXT must hold one string per request, got {raw.size}")
         text = normalize_english(decode_text(raw[0]))
-        voice = pb_utils.get_input_tensor_by_name(request, "VOICE")
-        if voice is not None:
-            check_voice(voice.as_numpy().reshape(-1), self.voice.name)
-        speed = check_speed(_scalar(request, "SPEED", 1.0))
-        check_speaker(int(_scalar(request, "SPEAKER_ID", 0)), self.voice.num_speakers, self.voice.name)
-        noise = check_noise("NOISE_SCALE", _scalar(request, "NOISE_SCALE", self.voice.noise_scale))
-        noise_w = check_noise("NOISE_W", _scalar(request, "NOISE_W", self.voice.noise_w))
-        scales = np.array([noise, self.voice.length_scale / speed, noise_w], dtype=np.float32)
-        return text, scales
+        options = read_options(request, self.voice.name, self.voice.num_speakers)
+        v = self.voice
+        noise = v.noise_scale if options.noise_scale is None else options.noise_scale
+        noise_w = v.noise_w if options.noise_w is None else options.noise_w
+        length_scale = v.length_scale / (options.speed or 1.0)
+        return text, np.array([noise, length_scale, noise_w], dtype=np.float32)
 
     def execute(self, requests: list[Any]) -> list[Any]:
         responses: list[Any] = [None] * len(requests)
@@ -101,12 +86,6 @@ class TritonPythonModel:
                 ]
             )
         return responses
-
-
-def check_voice(names: npt.NDArray[np.object_], served: str) -> None:
-    name = names[0].decode("utf-8", "replace") if names.size == 1 else ""
-    if name not in ("", served):
-        raise InvalidRequest(f"unknown VOICE '{name}': this server serves '{served}'")
 
 
 def _error(message: str) -> Any:
