@@ -212,3 +212,17 @@ def test_cli_voices(server: TritonServer) -> None:
         done = run_cli("voices", "--url", url, "--protocol", protocol)
         assert done.returncode == 0, done.stderr
         assert b"joe" in done.stdout and b"en-us" in done.stdout and b"22050" in done.stdout
+
+
+def test_timeouts_are_reported_as_such(server: TritonServer) -> None:
+    from triton_tts.client import TimedOut
+
+    chapter = " ".join([PARAGRAPH] * 6)
+    with TTSClient(server.grpc_url, "grpc", timeout_s=0.05) as client:
+        with pytest.raises(TimedOut):
+            client.synthesize(chapter)
+        with pytest.raises(TimedOut):
+            list(client.stream(chapter, speed=0.5))
+    # the server shrugs it off
+    with TTSClient(server.grpc_url, "grpc") as client:
+        assert client.synthesize("Still here.").duration_s > 0.3
