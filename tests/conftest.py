@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +22,9 @@ from triton_tts.text.phonemize import EspeakPhonemizer
 from triton_tts.voice import Voice
 
 log = logging.getLogger(__name__)
+
+# The benchmark harnesses are scripts in benchmarks/; their smoke tests import them.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,278 @@
+"""perf_analyzer against the ``tts`` model: concurrency sweep and request-rate mode, gRPC and HTTP.
+
+Input data is a corpus of mixed lengths (short commands, ~150-character sentences,
+~600-character paragraphs) written as perf_analyzer ``--input-data`` JSON. For each
+level it records throughput (requests/s and seconds of audio per second), latency
+percentiles and, from Triton's own statistics, the average executed batch size of every
+model. Writes ``results/perf/`` (JSON, Markdown report, PNG plots; git ignores results/).
+
+    python benchmarks/perf.py                                  # own server, full sweep
+    python benchmarks/perf.py --url-grpc localhost:8001 --url-http localhost:8000
+    python benchmarks/perf.py --smoke                          # what CI runs: tiny, fast
+
+perf_analyzer ships in tritonclient[all]==2.51.0; it needs Debian's libb64-0d and
+libcudart.so.12 (PyPI nvidia-cuda-runtime-cu12), found here automatically.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from triton_tts.client import TTSClient
+from triton_tts.onnx_session import available_cores
+from triton_tts.sample_texts import PARAGRAPH
+
+log = logging.getLogger("perf")
+
+COMMANDS = ["Yes.", "Turn left.", "Call mom.", "Stop the music.", "What time is it?", "Thanks!"]
+SENTENCES = [
+    "Your order has shipped and should arrive on Thursday; you will get a text message with the "
+    "tracking number as soon as the courier picks it up.",
+    "Please hold while I transfer you to the billing department, where someone will be able to "
+    "answer your questions about the last invoice.",
+    "The quarterly report shows steady growth in every region except the north, where sales fell "
+    "slightly after the new competitor opened.",
+    "If you would like to hear these options again, press nine, or stay on the line and the next "
+    "available agent will take your call.",
+]
+# Mixed traffic: mostly short, some sentences, a few paragraphs.
+CORPUS = COMMANDS * 2 + SENTENCES * 2 + [PARAGRAPH]
+MODELS = ("preprocess", "acoustic", "vocoder", "postprocess", "tts_chunk", "tts")
+
+
+def perf_analyzer_env() -> dict[str, str]:
+    env = dict(os.environ)
+    try:
+        import nvidia.cuda_runtime
+
+        lib = str(Path(next(iter(nvidia.cuda_runtime.__path__))) / "lib")
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (lib, env.get("LD_LIBRARY_PATH", "")) if p)
+    except ImportError:
+        pass
+    return env
+
+
+def perf_analyzer_binary() -> str:
+    local = Path(sys.executable).parent / "perf_analyzer"
+    found = str(local) if local.exists() else shutil.which("perf_analyzer")
+    if not found:
+        raise SystemExit("perf_analyzer not found: install tritonclient[all]==2.51.0")
+    return found
+
+
+def write_input_data(path: Path, texts: list[str]) -> Path:
+    data = {"data": [{"TEXT": {"content": [t], "shape": [1]}} for t in texts]}
+    path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    return path
+
+
+def mean_audio_seconds(grpc_url: str, texts: list[str]) -> float:
+    with TTSClient(grpc_url, "grpc") as client:
+        return sum(client.synthesize(t).duration_s for t in texts) / len(texts)
+
+
+def batch_stats(http_url: str) -> dict[str, tuple[int, int]]:
+    import tritonclient.http as httpclient
+
+    client = httpclient.InferenceServerClient(http_url)
+    try:
+        stats = {}
+        for model in MODELS:
+            s = client.get_inference_statistics(model)["model_stats"][0]
+            stats[model] = (int(s["inference_count"]), int(s["execution_count"]))
+        return stats
+    finally:
+        client.close()
+
+
+def run_level(
+    url: str, protocol: str, input_data: Path, mode: str, value: float, requests: int
+) -> dict[str, float]:
+    level = f"{value:g}:{value:g}"
+    cmd = [
+        perf_analyzer_binary(),
+        "-m", "tts", "-u", url, "-i", protocol,
+        "--input-data", str(input_data),
+        "--measurement-mode", "count_windows",
+        "--measurement-request-count", str(requests),
+        # Mixed lengths make every window differ; the windows hold whole corpus passes, so
+        # stability is not what decides the run's length here.
+        "--max-trials", "3",
+        "--stability-percentage", "999",
+        "-f", "/dev/stdout",
+    ]  # fmt: skip
+    cmd += ["--concurrency-range", level] if mode == "concurrency" else ["--request-rate-range", level]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=perf_analyzer_env(), check=False)
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"perf_analyzer failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+        )
+    # The CSV follows the human-readable report; it starts at its header line.
+    text = done.stdout[done.stdout.index("Concurrency,") :]
+    row = next(csv.DictReader(io.StringIO(text)))
+    return {
+        "requests_per_s": float(row["Inferences/Second"]),
+        "p50_ms": float(row["p50 latency"]) / 1000,
+        "p90_ms": float(row["p90 latency"]) / 1000,
+        "p99_ms": float(row["p99 latency"]) / 1000,
+    }
+
+
+def sweep(
+    args: argparse.Namespace, urls: dict[str, str], http_url: str, input_data: Path
+) -> list[dict[str, Any]]:
+    rows = []
+    for protocol in args.protocols:
+        for mode, values in (("concurrency", args.levels), ("request-rate", args.rates)):
+            for value in values:
+                before = batch_stats(http_url)
+                result = run_level(urls[protocol], protocol, input_data, mode, value, args.requests)
+                after = batch_stats(http_url)
+                batches = {}
+                for model in MODELS:
+                    inferences = after[model][0] - before[model][0]
+                    executions = after[model][1] - before[model][1]
+                    batches[model] = inferences / executions if executions else 0.0
+                rows.append(
+                    {"protocol": protocol, "mode": mode, "level": value, **result, "avg_batch": batches}
+                )
+                log.info(
+                    "%s %s %g: %.2f req/s, p99 %.0f ms",
+                    protocol,
+                    mode,
+                    value,
+                    result["requests_per_s"],
+                    result["p99_ms"],
+                )
+    return rows
+
+
+def report(results: dict[str, Any], out: Path) -> str:
+    audio = results["mean_audio_s"]
+    lines = [
+        f"# perf_analyzer on `tts` ({results['machine']})",
+        "",
+        f"Corpus: {results['corpus_size']} texts of mixed length, "
+        f"{audio:.2f} s of audio per request on average.",
+        "",
+        "| protocol | mode | level | req/s | x real time | p50 ms | p90 ms | p99 ms "
+        "| avg batch acoustic | avg batch vocoder |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results["rows"]:
+        lines.append(
+            f"| {r['protocol']} | {r['mode']} | {r['level']:g} | {r['requests_per_s']:.2f} | "
+            f"{r['requests_per_s'] * audio:.1f} | {r['p50_ms']:.0f} | {r['p90_ms']:.0f} "
+            f"| {r['p99_ms']:.0f} | "
+            f"{r['avg_batch']['acoustic']:.2f} | {r['avg_batch']['vocoder']:.2f} |"
+        )
+    text = "\n".join(lines) + "\n"
+    (out / "report.md").write_text(text, encoding="utf-8")
+    return text
+
+
+def plot(results: dict[str, Any], out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    audio = results["mean_audio_s"]
+    written = []
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for protocol in sorted({r["protocol"] for r in results["rows"]}):
+        rows = [r for r in results["rows"] if r["protocol"] == protocol and r["mode"] == "concurrency"]
+        levels = [r["level"] for r in rows]
+        left.plot(levels, [r["requests_per_s"] * audio for r in rows], marker="o", label=protocol)
+        right.plot(levels, [r["p50_ms"] for r in rows], marker="o", label=f"{protocol} p50")
+        right.plot(levels, [r["p99_ms"] for r in rows], marker="x", linestyle="--", label=f"{protocol} p99")
+    left.set(xlabel="concurrency", ylabel="seconds of audio per second", title="Throughput")
+    right.set(xlabel="concurrency", ylabel="latency (ms)", title="Latency")
+    for axis in (left, right):
+        axis.set_xscale("log", base=2)
+        axis.set_ylim(bottom=0)
+        axis.grid(alpha=0.3)
+        axis.legend()
+    fig.tight_layout()
+    written.append(out / "throughput_latency.png")
+    fig.savefig(written[-1], dpi=110)
+    plt.close(fig)
+
+    rows = [r for r in results["rows"] if r["mode"] == "concurrency"]
+    if rows:
+        top = max(rows, key=lambda r: r["level"])
+        fig, axis = plt.subplots(figsize=(6, 3.5))
+        axis.bar(list(top["avg_batch"]), list(top["avg_batch"].values()))
+        axis.set(
+            ylabel="average executed batch size",
+            title=f"Batching at concurrency {top['level']:g} ({top['protocol']})",
+        )
+        fig.tight_layout()
+        written.append(out / "batch_sizes.png")
+        fig.savefig(written[-1], dpi=110)
+        plt.close(fig)
+    return written
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url-grpc", help="running server's gRPC address (with --url-http)")
+    parser.add_argument("--url-http", help="running server's HTTP address")
+    parser.add_argument("--protocols", nargs="+", default=["grpc", "http"], choices=["grpc", "http"])
+    parser.add_argument("--levels", type=int, nargs="+", default=[1, 2, 4, 8, 16], help="concurrency")
+    parser.add_argument("--rates", type=float, nargs="*", default=[2.0, 4.0], help="requests/s")
+    parser.add_argument("--requests", type=int, default=40, help="requests per measurement window")
+    parser.add_argument("--smoke", action="store_true", help="tiny run: concurrency 1 and 2, gRPC")
+    parser.add_argument("--out", type=Path, default=Path("results/perf"))
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.protocols, args.levels, args.rates, args.requests = ["grpc"], [1, 2], [], 4
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    with ExitStack() as stack:
+        if args.url_grpc and args.url_http:
+            urls = {"grpc": args.url_grpc, "http": args.url_http}
+        else:
+            from triton_tts.cli import ensure_default_voice
+            from triton_tts.repository import DEFAULT_VOICE_DIR, build_repository
+            from triton_tts.server import TritonServer, free_port
+
+            ensure_default_voice(DEFAULT_VOICE_DIR)
+            server = stack.enter_context(
+                TritonServer(
+                    build_repository(DEFAULT_VOICE_DIR),
+                    http_port=free_port(),
+                    grpc_port=free_port(),
+                    metrics_port=free_port(),
+                )
+            )
+            urls = {"grpc": server.grpc_url, "http": server.http_url}
+        input_data = write_input_data(args.out / "input_data.json", CORPUS)
+        results: dict[str, Any] = {
+            "machine": f"{platform.machine()}, {available_cores()} cores",
+            "corpus_size": len(CORPUS),
+            "mean_audio_s": mean_audio_seconds(urls["grpc"], CORPUS),
+        }
+        results["rows"] = sweep(args, urls, urls["http"], input_data)
+    (args.out / "perf.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
+    print(report(results, args.out))
+    for path in plot(results, args.out):
+        print(f"plot: {path}")
+    return results
+
+
+if __name__ == "__main__":
+    main()
