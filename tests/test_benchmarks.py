@@ -30,3 +30,26 @@ def test_rtf_harness_smoke(server: TritonServer, tmp_path: Path) -> None:
     )
     for key in ("direct_onnxruntime_batch1", "served_single", "served_concurrent"):
         assert results[key]["x_real_time"] > 1
+
+
+def test_locust_scenario_smoke(server: TritonServer, tmp_path: Path) -> None:
+    import csv
+    import subprocess
+    import sys
+
+    locustfile = Path(__file__).resolve().parent.parent / "benchmarks" / "locustfile.py"
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "locust", "-f", str(locustfile), "--headless", "-u", "2", "-r", "2",
+            "-t", "6s", "--host", server.http_url, "--grpc-url", server.grpc_url,
+            "--csv", str(tmp_path / "locust"), "--only-summary", "--stop-timeout", "30",
+        ],
+        capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    with open(tmp_path / "locust_stats.csv", encoding="utf-8") as f:
+        rows = {(r["Type"], r["Name"]): r for r in csv.DictReader(f)}
+    assert ("Aggregated" in {name for _, name in rows}) and int(
+        rows[("", "Aggregated")]["Failure Count"]
+    ) == 0
+    assert any(name == "RTF x1000" and int(r["Request Count"]) > 0 for (_, name), r in rows.items())
