@@ -11,7 +11,7 @@ HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
 
-.PHONY: setup system-packages serve test lint typecheck check voice repo bench clean
+.PHONY: setup system-packages serve test lint typecheck check voice repo bench bench-peers clean
 
 HELM := .tools/helm
 
@@ -60,13 +60,21 @@ typecheck: setup
 test: setup
 	$(BIN)/pytest -ra
 
-# Benchmarks (not tests): perf_analyzer sweep, real-time factor, streaming; results/ is ignored.
-bench: setup
+# Benchmarks (not tests): perf_analyzer sweep, real-time factor, streaming, peers;
+# results/ is ignored. Peers live in their own virtualenvs under .bench/.
+bench: setup bench-peers
 	$(BIN)/python benchmarks/perf.py
 	$(BIN)/python benchmarks/rtf.py
 	$(BIN)/python benchmarks/streaming.py
+	$(BIN)/python benchmarks/peers.py
+
+bench-peers: .bench/piper/bin/python
+
+.bench/piper/bin/python:
+	$(PYTHON) -m venv .bench/piper
+	.bench/piper/bin/pip install -q piper-tts==1.8.0 flask==3.1.3
 
 check: lint typecheck test
 
 clean:
-	rm -rf voices .tools model_repository/*/1/*.onnx model_repository/*/1/voice.json model_repository/*/warmup
+	rm -rf voices .tools .bench results model_repository/*/1/*.onnx model_repository/*/1/voice.json model_repository/*/warmup

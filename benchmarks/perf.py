@@ -120,7 +120,8 @@ def run_level(
             f"perf_analyzer failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
         )
     # The CSV follows the human-readable report; it starts at its header line.
-    text = done.stdout[done.stdout.index("Concurrency,") :]
+    header = "Concurrency," if mode == "concurrency" else "Request Rate,"
+    text = done.stdout[done.stdout.index(header) :]
     row = next(csv.DictReader(io.StringIO(text)))
     return {
         "requests_per_s": float(row["Inferences/Second"]),

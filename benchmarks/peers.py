@@ -1,0 +1,241 @@
+"""triton-tts side by side with the alternatives, same voice, same machine, one run.
+
+Peers: (a) Piper's graph run directly with onnxruntime in one process per core, batch 1
+(the CPU ceiling: measured here, batch 1 beats padded batches on CPU); (b) Piper's own
+HTTP server (``piper-tts``, installed by ``make bench-peers`` in its own virtualenv,
+never a dependency of the product); (c) triton-tts over HTTP and gRPC. Each server gets
+the same mixed sentences at the same concurrency. (Coqui's ``tts-server`` needs a Coqui
+model exported by this project: not yet measured.)
+
+    python benchmarks/peers.py --concurrency 8 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import multiprocessing
+import platform
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import soundfile as sf
+
+from triton_tts.client import TTSClient
+from triton_tts.onnx_session import available_cores
+
+log = logging.getLogger("peers")
+ROOT = Path(__file__).resolve().parent.parent
+PIPER_PYTHON = ROOT / ".bench" / "piper" / "bin" / "python"
+SENTENCES = [
+    "Thanks for calling.",
+    "Your order has shipped and should arrive on Thursday.",
+    "Please hold while I transfer you to the billing department.",
+    "The quarterly report shows steady growth in every region except the north, where sales fell slightly.",
+    "Turn left in two hundred meters.",
+    "We have updated our privacy policy; you can read the changes on our website at any time.",
+    "Good morning!",
+    "If you would like to hear these options again, press nine, or stay on the line for an agent.",
+]
+
+
+def load(call: Callable[[str], float], concurrency: int, rounds: int) -> dict[str, float]:
+    """``call(text) -> seconds of audio``, from ``concurrency`` threads; throughput and latency."""
+    latencies: list[float] = []
+    audio = [0.0]
+    lock = threading.Lock()
+
+    def worker(offset: int) -> None:
+        for r in range(rounds):
+            for i in range(len(SENTENCES)):
+                text = SENTENCES[(i + offset + r) % len(SENTENCES)]
+                start = time.perf_counter()
+                seconds = call(text)
+                with lock:
+                    latencies.append(time.perf_counter() - start)
+                    audio[0] += seconds
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(concurrency)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - start
+    return {
+        "x_real_time": audio[0] / wall,
+        "p50_s": float(np.percentile(latencies, 50)),
+        "p99_s": float(np.percentile(latencies, 99)),
+        "requests": len(latencies),
+    }
+
+
+def _direct_worker(args: tuple[int, int]) -> tuple[float, float]:
+    """One process, one thread, batch 1: phonemise + Piper's unsplit graph."""
+    rounds, offset = args
+    import onnxruntime as ort
+
+    from triton_tts.export.piper import bundled_joe_paths
+    from triton_tts.repository import DEFAULT_VOICE_DIR
+    from triton_tts.text.normalize import normalize_english
+    from triton_tts.text.phonemize import EspeakPhonemizer
+    from triton_tts.voice import Voice
+
+    voice = Voice.load(DEFAULT_VOICE_DIR)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    session = ort.InferenceSession(str(bundled_joe_paths()[0]), opts, providers=["CPUExecutionProvider"])
+    phonemizer = EspeakPhonemizer(voice.phonemizer_language)
+    audio = 0.0
+    start = time.perf_counter()
+    for r in range(rounds):
+        for i in range(len(SENTENCES)):
+            text = SENTENCES[(i + offset + r) % len(SENTENCES)]
+            ids = voice.phonemes_to_ids(phonemizer.phonemize([normalize_english(text)])[0])
+            wav = session.run(
+                None,
+                {
+                    "input": np.array([ids], dtype=np.int64),
+                    "input_lengths": np.array([len(ids)], dtype=np.int64),
+                    "scales": np.array([voice.noise_scale, 1.0, voice.noise_w], dtype=np.float32),
+                },
+            )[0]
+            audio += wav.size / voice.sample_rate
+    return audio, time.perf_counter() - start
+
+
+def direct_ceiling(rounds: int) -> dict[str, float]:
+    cores = available_cores()
+    with multiprocessing.get_context("spawn").Pool(cores) as pool:
+        start = time.perf_counter()
+        results = pool.map(_direct_worker, [(rounds, k) for k in range(cores)])
+        wall = time.perf_counter() - start
+    return {"x_real_time": sum(a for a, _ in results) / wall, "processes": cores}
+
+
+def start_piper(port: int) -> subprocess.Popen[bytes] | None:
+    if not PIPER_PYTHON.exists():
+        log.warning("Piper's server is not installed (make bench-peers): skipped")
+        return None
+    from triton_tts.export.piper import bundled_joe_paths
+
+    process = subprocess.Popen(
+        [
+            str(PIPER_PYTHON),
+            "-m",
+            "piper.http_server",
+            "-m",
+            str(bundled_joe_paths()[0]),
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            piper_call(port)("Ready.")
+            return process
+        except OSError:
+            time.sleep(0.5)
+    process.kill()
+    raise RuntimeError("Piper's server did not start")
+
+
+def piper_call(port: int) -> Callable[[str], float]:
+    def call(text: str) -> float:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/synthesize",
+            data=json.dumps({"text": text}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=300) as response:
+            import io
+
+            info = sf.info(io.BytesIO(response.read()))
+        return float(info.duration)
+
+    return call
+
+
+def triton_call(url: str, protocol: str) -> Callable[[str], float]:
+    local = threading.local()
+
+    def call(text: str) -> float:
+        if not hasattr(local, "client"):
+            local.client = TTSClient(url, protocol)  # type: ignore[arg-type]
+        return float(local.client.synthesize(text).duration_s)
+
+    return call
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=Path("results/peers.json"))
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    from triton_tts.cli import ensure_default_voice
+    from triton_tts.repository import DEFAULT_VOICE_DIR, build_repository
+    from triton_tts.server import TritonServer, free_port
+
+    ensure_default_voice(DEFAULT_VOICE_DIR)
+    results: dict[str, Any] = {"machine": f"{platform.machine()}, {available_cores()} cores"}
+    results["direct_onnxruntime"] = direct_ceiling(args.rounds)
+    with ExitStack() as stack:
+        port = free_port()
+        piper = start_piper(port)
+        if piper is not None:
+            stack.callback(piper.kill)
+            load(piper_call(port), 2, 1)  # warm-up
+            results["piper_http_server"] = load(piper_call(port), args.concurrency, args.rounds)
+            piper.kill()
+            piper.wait()
+        server = stack.enter_context(
+            TritonServer(
+                build_repository(DEFAULT_VOICE_DIR),
+                http_port=free_port(),
+                grpc_port=free_port(),
+                metrics_port=free_port(),
+            )
+        )
+        for protocol, url in (("http", server.http_url), ("grpc", server.grpc_url)):
+            load(triton_call(url, protocol), 2, 1)
+            results[f"triton_tts_{protocol}"] = load(
+                triton_call(url, protocol), args.concurrency, args.rounds
+            )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2), encoding="utf-8")
+    ceiling = results["direct_onnxruntime"]["x_real_time"]
+    print(f"\nconcurrency {args.concurrency}, {results['machine']}:\n")
+    print("| server | x real time | vs ceiling | p50 | p99 |\n|---|---|---|---|---|")
+    print(
+        f"| onnxruntime directly, {results['direct_onnxruntime']['processes']} processes x batch 1 "
+        f"(ceiling) | {ceiling:.1f} | 1.00 | - | - |"
+    )
+    for key, name in (
+        ("piper_http_server", "Piper's HTTP server"),
+        ("triton_tts_http", "triton-tts, HTTP"),
+        ("triton_tts_grpc", "triton-tts, gRPC"),
+    ):
+        if key in results:
+            r = results[key]
+            print(
+                f"| {name} | {r['x_real_time']:.1f} | {r['x_real_time'] / ceiling:.2f} "
+                f"| {r['p50_s']:.2f} s | {r['p99_s']:.2f} s |"
+            )
+    return results
+
+
+if __name__ == "__main__":
+    main()
