@@ -50,7 +50,7 @@ def _fire(
 
 class _TTSUser(User):
     abstract = True
-    wait_time = between(0.0, 0.2)
+    wait_time = between(0.0, 0.2)  # type: ignore[no-untyped-call]
     protocol = "http"
 
     def on_start(self) -> None:
