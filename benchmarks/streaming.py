@@ -6,6 +6,8 @@ memory of the whole server (tritonserver + every Python-backend stub) while ``tt
 synthesises a 20,000-character text.
 
     python benchmarks/streaming.py                 # starts its own server on free ports
+    python benchmarks/streaming.py --url-grpc gpu-node:8001 --url-http gpu-node:8000 \
+        --no-memory                                # a running server, e.g. a GPU node
     python benchmarks/streaming.py --rounds 1 --levels 1 --chapter-chars 2000   # smoke
 
 Writes results/streaming.json and prints Markdown tables.
@@ -130,6 +132,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--rounds", type=int, default=4, help="requests per client thread")
     parser.add_argument("--chapter-chars", type=int, default=20_000)
+    parser.add_argument("--url-grpc", help="running server's gRPC address (with --url-http)")
+    parser.add_argument("--url-http", help="running server's HTTP address")
+    parser.add_argument("--no-memory", action="store_true", help="skip the long-text memory run")
     parser.add_argument("--out", type=Path, default=Path("results/streaming.json"))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -138,24 +143,30 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from triton_tts.server import TritonServer, free_port
 
     with ExitStack() as stack:
-        ensure_default_voice(DEFAULT_VOICE_DIR)
-        server = stack.enter_context(
-            TritonServer(
-                build_repository(DEFAULT_VOICE_DIR),
-                http_port=free_port(),
-                grpc_port=free_port(),
-                metrics_port=free_port(),
+        pid = None
+        if args.url_grpc and args.url_http:
+            grpc_url, http_url = args.url_grpc, args.url_http
+        else:
+            ensure_default_voice(DEFAULT_VOICE_DIR)
+            server = stack.enter_context(
+                TritonServer(
+                    build_repository(DEFAULT_VOICE_DIR),
+                    http_port=free_port(),
+                    grpc_port=free_port(),
+                    metrics_port=free_port(),
+                )
             )
-        )
-        assert server.process is not None
-        with TTSClient(server.grpc_url, "grpc") as warm:
+            assert server.process is not None
+            grpc_url, http_url, pid = server.grpc_url, server.http_url, server.process.pid
+        with TTSClient(grpc_url, "grpc") as warm:
             list(warm.stream(PARAGRAPH))
         results: dict[str, Any] = {
             "machine": f"{platform.machine()}, {available_cores()} cores",
             "paragraph_chars": len(PARAGRAPH),
-            "levels": [latency_level(server.grpc_url, c, args.rounds) for c in args.levels],
-            "chapter": chapter_memory(server.http_url, server.process.pid, args.chapter_chars),
+            "levels": [latency_level(grpc_url, c, args.rounds) for c in args.levels],
         }
+        if pid is not None and not args.no_memory:  # memory is read from /proc: local servers only
+            results["chapter"] = chapter_memory(http_url, pid, args.chapter_chars)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2), encoding="utf-8")
     print(f"\n{results['paragraph_chars']}-character paragraph ({results['machine']}):\n")
@@ -166,6 +177,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"| {r['concurrency']} | {r['first_chunk_p50_s']:.2f} s | {r['first_chunk_p99_s']:.2f} s "
             f"| {r['whole_p50_s']:.2f} s | {r['whole_p99_s']:.2f} s |"
         )
+    if "chapter" not in results:
+        return results
     c = results["chapter"]
     print(
         f"\n{c['chars']} characters -> {c['audio_s'] / 60:.1f} min of audio in {c['seconds']:.1f} s; "

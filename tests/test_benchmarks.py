@@ -53,3 +53,16 @@ def test_locust_scenario_smoke(server: TritonServer, tmp_path: Path) -> None:
         rows[("", "Aggregated")]["Failure Count"]
     ) == 0
     assert any(name == "RTF x1000" and int(r["Request Count"]) > 0 for (_, name), r in rows.items())
+
+
+def test_streaming_harness_smoke(server: TritonServer, tmp_path: Path) -> None:
+    import streaming
+
+    results = streaming.main(
+        [
+            "--url-grpc", server.grpc_url, "--url-http", server.http_url, "--levels", "1", "--rounds", "1",
+            "--no-memory", "--out", str(tmp_path / "streaming.json"),
+        ]
+    )  # fmt: skip
+    level = results["levels"][0]
+    assert 0 < level["first_chunk_p50_s"] <= level["stream_total_p50_s"]
