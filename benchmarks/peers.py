@@ -18,6 +18,7 @@ import logging
 import multiprocessing
 import platform
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -31,20 +32,11 @@ import soundfile as sf
 
 from triton_tts.client import TTSClient
 from triton_tts.onnx_session import available_cores
+from triton_tts.sample_texts import SENTENCES
 
 log = logging.getLogger("peers")
 ROOT = Path(__file__).resolve().parent.parent
 PIPER_PYTHON = ROOT / ".bench" / "piper" / "bin" / "python"
-SENTENCES = [
-    "Thanks for calling.",
-    "Your order has shipped and should arrive on Thursday.",
-    "Please hold while I transfer you to the billing department.",
-    "The quarterly report shows steady growth in every region except the north, where sales fell slightly.",
-    "Turn left in two hundred meters.",
-    "We have updated our privacy policy; you can read the changes on our website at any time.",
-    "Good morning!",
-    "If you would like to hear these options again, press nine, or stay on the line for an agent.",
-]
 
 
 def load(call: Callable[[str], float], concurrency: int, rounds: int) -> dict[str, float]:
@@ -78,47 +70,36 @@ def load(call: Callable[[str], float], concurrency: int, rounds: int) -> dict[st
     }
 
 
-def _direct_worker(args: tuple[int, int]) -> tuple[float, float]:
-    """One process, one thread, batch 1: phonemise + Piper's unsplit graph."""
-    rounds, offset = args
-    import onnxruntime as ort
+def _direct_worker(rounds: int, offset: int, ready: Any, results: Any) -> None:
+    """One process, one thread, batch 1: the server's text path + Piper's unsplit graph."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from reference import PiperReference
 
-    from triton_tts.export.piper import bundled_joe_paths
-    from triton_tts.repository import DEFAULT_VOICE_DIR
-    from triton_tts.text.normalize import normalize_english
-    from triton_tts.text.phonemize import EspeakPhonemizer
-    from triton_tts.voice import Voice
-
-    voice = Voice.load(DEFAULT_VOICE_DIR)
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    session = ort.InferenceSession(str(bundled_joe_paths()[0]), opts, providers=["CPUExecutionProvider"])
-    phonemizer = EspeakPhonemizer(voice.phonemizer_language)
+    reference = PiperReference(threads=1)
+    reference.synthesize(SENTENCES[0])  # warm-up, outside the timed part
+    ready.wait()  # every process starts together, after loading
     audio = 0.0
-    start = time.perf_counter()
     for r in range(rounds):
         for i in range(len(SENTENCES)):
-            text = SENTENCES[(i + offset + r) % len(SENTENCES)]
-            ids = voice.phonemes_to_ids(phonemizer.phonemize([normalize_english(text)])[0])
-            wav = session.run(
-                None,
-                {
-                    "input": np.array([ids], dtype=np.int64),
-                    "input_lengths": np.array([len(ids)], dtype=np.int64),
-                    "scales": np.array([voice.noise_scale, 1.0, voice.noise_w], dtype=np.float32),
-                },
-            )[0]
-            audio += wav.size / voice.sample_rate
-    return audio, time.perf_counter() - start
+            audio += reference.synthesize(SENTENCES[(i + offset + r) % len(SENTENCES)])
+    results.put((audio, time.time()))
 
 
 def direct_ceiling(rounds: int) -> dict[str, float]:
     cores = available_cores()
-    with multiprocessing.get_context("spawn").Pool(cores) as pool:
-        start = time.perf_counter()
-        results = pool.map(_direct_worker, [(rounds, k) for k in range(cores)])
-        wall = time.perf_counter() - start
-    return {"x_real_time": sum(a for a, _ in results) / wall, "processes": cores}
+    context = multiprocessing.get_context("spawn")
+    ready = context.Barrier(cores + 1)
+    results = context.Queue()
+    workers = [context.Process(target=_direct_worker, args=(rounds, k, ready, results)) for k in range(cores)]
+    for worker in workers:
+        worker.start()
+    ready.wait()
+    start = time.time()
+    finished = [results.get() for _ in workers]
+    for worker in workers:
+        worker.join()
+    wall = max(end for _, end in finished) - start
+    return {"x_real_time": sum(audio for audio, _ in finished) / wall, "processes": cores}
 
 
 def start_piper(port: int) -> subprocess.Popen[bytes] | None:
@@ -185,11 +166,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", type=Path, default=Path("results/peers.json"))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    from triton_tts.cli import ensure_default_voice
-    from triton_tts.repository import DEFAULT_VOICE_DIR, build_repository
-    from triton_tts.server import TritonServer, free_port
+    from triton_tts.repository import ensure_default_voice
+    from triton_tts.server import default_voice_server, free_port
 
-    ensure_default_voice(DEFAULT_VOICE_DIR)
+    ensure_default_voice()
     results: dict[str, Any] = {"machine": f"{platform.machine()}, {available_cores()} cores"}
     results["direct_onnxruntime"] = direct_ceiling(args.rounds)
     with ExitStack() as stack:
@@ -201,14 +181,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             results["piper_http_server"] = load(piper_call(port), args.concurrency, args.rounds)
             piper.kill()
             piper.wait()
-        server = stack.enter_context(
-            TritonServer(
-                build_repository(DEFAULT_VOICE_DIR),
-                http_port=free_port(),
-                grpc_port=free_port(),
-                metrics_port=free_port(),
-            )
-        )
+        server = stack.enter_context(default_voice_server())
         for protocol, url in (("http", server.http_url), ("grpc", server.grpc_url)):
             load(triton_call(url, protocol), 2, 1)
             results[f"triton_tts_{protocol}"] = load(

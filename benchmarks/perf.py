@@ -247,19 +247,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if args.url_grpc and args.url_http:
             urls = {"grpc": args.url_grpc, "http": args.url_http}
         else:
-            from triton_tts.cli import ensure_default_voice
-            from triton_tts.repository import DEFAULT_VOICE_DIR, build_repository
-            from triton_tts.server import TritonServer, free_port
+            from triton_tts.server import default_voice_server
 
-            ensure_default_voice(DEFAULT_VOICE_DIR)
-            server = stack.enter_context(
-                TritonServer(
-                    build_repository(DEFAULT_VOICE_DIR),
-                    http_port=free_port(),
-                    grpc_port=free_port(),
-                    metrics_port=free_port(),
-                )
-            )
+            server = stack.enter_context(default_voice_server())
             urls = {"grpc": server.grpc_url, "http": server.http_url}
         input_data = write_input_data(args.out / "input_data.json", CORPUS)
         results: dict[str, Any] = {

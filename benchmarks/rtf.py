@@ -28,17 +28,7 @@ import numpy as np
 from triton_tts.client import TTSClient
 from triton_tts.client.tts_client import Protocol
 from triton_tts.onnx_session import available_cores
-
-SENTENCES = [
-    "Thanks for calling.",
-    "Your order has shipped and should arrive on Thursday.",
-    "Please hold while I transfer you to the billing department.",
-    "The quarterly report shows steady growth in every region except the north, where sales fell slightly.",
-    "Turn left in two hundred meters.",
-    "We have updated our privacy policy; you can read the changes on our website at any time.",
-    "Good morning!",
-    "If you would like to hear these options again, press nine, or stay on the line for an agent.",
-]
+from triton_tts.sample_texts import SENTENCES
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -101,35 +91,15 @@ def concurrent_streams(url: str, protocol: Protocol, concurrency: int, rounds: i
 
 def direct_onnxruntime(rounds: int) -> dict[str, float]:
     """Piper's unsplit graph in this process, batch 1, all cores: the no-server reference."""
-    import onnxruntime as ort
+    from reference import PiperReference
 
-    from triton_tts.export.piper import bundled_joe_paths
-    from triton_tts.text.normalize import normalize_english
-    from triton_tts.text.phonemize import EspeakPhonemizer
-    from triton_tts.voice import Voice
-
-    onnx_path, _ = bundled_joe_paths()
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = available_cores()
-    opts.log_severity_level = 3
-    session = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
-    voice = Voice.load(Path(__file__).resolve().parent.parent / "voices" / "joe")
-    phonemizer = EspeakPhonemizer(voice.phonemizer_language)
+    reference = PiperReference(threads=available_cores())
     spent = audio = 0.0
     for _ in range(rounds):
         for text in SENTENCES:
             start = time.perf_counter()
-            ids = voice.phonemes_to_ids(phonemizer.phonemize([normalize_english(text)])[0])
-            wav = session.run(
-                None,
-                {
-                    "input": np.array([ids], dtype=np.int64),
-                    "input_lengths": np.array([len(ids)], dtype=np.int64),
-                    "scales": np.array([voice.noise_scale, 1.0, voice.noise_w], dtype=np.float32),
-                },
-            )[0]
+            audio += reference.synthesize(text)
             spent += time.perf_counter() - start
-            audio += wav.size / voice.sample_rate
     return {"rtf": spent / audio, "x_real_time": audio / spent}
 
 
@@ -146,15 +116,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with ExitStack() as stack:
         url = args.url
         if url is None:
-            from triton_tts.cli import ensure_default_voice
-            from triton_tts.repository import DEFAULT_VOICE_DIR, build_repository
-            from triton_tts.server import TritonServer, free_port
+            from triton_tts.server import default_voice_server
 
-            ensure_default_voice(DEFAULT_VOICE_DIR)
-            repo = build_repository(DEFAULT_VOICE_DIR)
-            server = stack.enter_context(
-                TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port())
-            )
+            server = stack.enter_context(default_voice_server())
             url = server.grpc_url if args.protocol == "grpc" else server.http_url
         client = stack.enter_context(TTSClient(url, args.protocol))
         client.synthesize(SENTENCES[0])  # connection set-up is not synthesis time

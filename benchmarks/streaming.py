@@ -138,24 +138,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", type=Path, default=Path("results/streaming.json"))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    from triton_tts.cli import ensure_default_voice
-    from triton_tts.repository import DEFAULT_VOICE_DIR, build_repository
-    from triton_tts.server import TritonServer, free_port
+    from triton_tts.server import default_voice_server
 
     with ExitStack() as stack:
         pid = None
         if args.url_grpc and args.url_http:
             grpc_url, http_url = args.url_grpc, args.url_http
         else:
-            ensure_default_voice(DEFAULT_VOICE_DIR)
-            server = stack.enter_context(
-                TritonServer(
-                    build_repository(DEFAULT_VOICE_DIR),
-                    http_port=free_port(),
-                    grpc_port=free_port(),
-                    metrics_port=free_port(),
-                )
-            )
+            server = stack.enter_context(default_voice_server())
             assert server.process is not None
             grpc_url, http_url, pid = server.grpc_url, server.http_url, server.process.pid
         with TTSClient(grpc_url, "grpc") as warm:

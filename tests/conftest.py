@@ -14,9 +14,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from triton_tts.cli import ensure_default_voice
-from triton_tts.repository import DEFAULT_VOICE_DIR, build_repository
-from triton_tts.server import TritonServer, free_port
+from triton_tts.repository import DEFAULT_VOICE_DIR, ensure_default_voice
+from triton_tts.server import TritonServer, default_voice_server
 from triton_tts.text.normalize import normalize_english
 from triton_tts.text.phonemize import EspeakPhonemizer
 from triton_tts.voice import Voice
@@ -40,11 +39,9 @@ def voice(voice_dir: Path) -> Voice:
 
 @pytest.fixture(scope="session")
 def server(voice_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
-    repo = build_repository(voice_dir, tmp_path_factory.mktemp("repository") / "model_repository")
+    repo = tmp_path_factory.mktemp("repository") / "model_repository"
     log_file = tmp_path_factory.mktemp("logs") / "tritonserver.log"
-    with TritonServer(
-        repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(), log_file=log_file
-    ) as running:
+    with default_voice_server(repo, log_file) as running:
         yield running
     # A crash at shutdown would hide here otherwise.
     assert running.process is not None and running.process.returncode is not None

@@ -23,23 +23,14 @@ from triton_tts.client.cli import (
     voices,
 )
 from triton_tts.model_configs import BuildOptions
-from triton_tts.repository import DEFAULT_REPOSITORY, DEFAULT_VOICE_DIR, build_repository
-from triton_tts.voice import VOICE_FILE
+from triton_tts.repository import (
+    DEFAULT_REPOSITORY,
+    DEFAULT_VOICE_DIR,
+    build_repository,
+    ensure_default_voice,
+)
 
 log = logging.getLogger("triton_tts")
-
-
-def ensure_default_voice(voice_dir: Path) -> None:
-    """Export the bundled Piper voice on first use (later runs reuse the folder)."""
-    if (voice_dir / VOICE_FILE).exists():
-        return
-    if voice_dir.resolve() != DEFAULT_VOICE_DIR.resolve():
-        raise SystemExit(f"no voice at {voice_dir} (export one with 'triton-tts export')")
-    from triton_tts.export.piper import bundled_joe_paths, export_piper_voice
-
-    onnx_path, config_path = bundled_joe_paths()
-    log.info("exporting the default voice to %s", voice_dir)
-    export_piper_voice(onnx_path, config_path, voice_dir)
 
 
 def add_build_options(parser: argparse.ArgumentParser) -> None:

@@ -103,3 +103,18 @@ def build_repository(
     write_warmup_data(repo, voice)
     log.info("model repository %s serves voice '%s'", repo, voice.name)
     return repo
+
+
+def ensure_default_voice(voice_dir: Path = DEFAULT_VOICE_DIR) -> Path:
+    """Export the bundled Piper voice on first use (later runs reuse the folder)."""
+    voice_dir = Path(voice_dir)
+    if (voice_dir / VOICE_FILE).exists():
+        return voice_dir
+    if voice_dir.resolve() != DEFAULT_VOICE_DIR.resolve():
+        raise SystemExit(f"no voice at {voice_dir} (export one with 'triton-tts export')")
+    from triton_tts.export.piper import bundled_joe_paths, export_piper_voice
+
+    onnx_path, config_path = bundled_joe_paths()
+    log.info("exporting the default voice to %s", voice_dir)
+    export_piper_voice(onnx_path, config_path, voice_dir)
+    return voice_dir

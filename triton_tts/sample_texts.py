@@ -10,3 +10,15 @@ PARAGRAPH = (
     "team will be with you shortly. Calls may be recorded for training and quality purposes, to help "
     "us improve the service we give you."
 )
+
+# Eight sentences of 1 to 7 s of audio: mixed short traffic.
+SENTENCES = [
+    "Thanks for calling.",
+    "Your order has shipped and should arrive on Thursday.",
+    "Please hold while I transfer you to the billing department.",
+    "The quarterly report shows steady growth in every region except the north, where sales fell slightly.",
+    "Turn left in two hundred meters.",
+    "We have updated our privacy policy; you can read the changes on our website at any time.",
+    "Good morning!",
+    "If you would like to hear these options again, press nine, or stay on the line for an agent.",
+]

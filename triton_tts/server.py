@@ -17,6 +17,8 @@ import subprocess
 import sys
 import sysconfig
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -169,3 +171,15 @@ class TritonServer:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+@contextmanager
+def default_voice_server(repo: Path | None = None, log_file: Path | None = None) -> Iterator[TritonServer]:
+    """The default voice, exported and built if needed, served on free ports until exit."""
+    from triton_tts.repository import DEFAULT_REPOSITORY, build_repository, ensure_default_voice
+
+    built = build_repository(ensure_default_voice(), repo or DEFAULT_REPOSITORY)
+    with TritonServer(
+        built, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(), log_file=log_file
+    ) as server:
+        yield server

@@ -1,0 +1,39 @@
+"""The no-server reference: Piper's unsplit graph called directly with onnxruntime."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+
+from triton_tts.export.piper import bundled_joe_paths
+from triton_tts.repository import DEFAULT_VOICE_DIR, ensure_default_voice
+from triton_tts.text.normalize import normalize_english
+from triton_tts.text.phonemize import EspeakPhonemizer
+from triton_tts.voice import Voice
+
+
+class PiperReference:
+    """Same text path as the server (normaliser, espeak-ng, ids), then the whole graph, batch 1."""
+
+    def __init__(self, threads: int) -> None:
+        self.voice = Voice.load(ensure_default_voice(DEFAULT_VOICE_DIR))
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        opts.log_severity_level = 3
+        self.session = ort.InferenceSession(
+            str(bundled_joe_paths()[0]), opts, providers=["CPUExecutionProvider"]
+        )
+        self.phonemizer = EspeakPhonemizer(self.voice.phonemizer_language)
+
+    def synthesize(self, text: str) -> float:
+        """Seconds of audio made for ``text`` (with the voice's own noise settings)."""
+        ids = self.voice.phonemes_to_ids(self.phonemizer.phonemize([normalize_english(text)])[0])
+        wav = self.session.run(
+            None,
+            {
+                "input": np.array([ids], dtype=np.int64),
+                "input_lengths": np.array([len(ids)], dtype=np.int64),
+                "scales": np.array([self.voice.noise_scale, 1.0, self.voice.noise_w], dtype=np.float32),
+            },
+        )[0]
+        return float(wav.size / self.voice.sample_rate)
