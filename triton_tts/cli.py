@@ -88,6 +88,13 @@ def _stop_on_signal(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def cmd_export_int8(args: argparse.Namespace) -> int:
+    from triton_tts.export import quantize
+
+    quantize.main(["--voice", str(ensure_default_voice(args.voice)), "--out", str(args.out)])
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from triton_tts.server import TritonServer
 
@@ -176,6 +183,14 @@ def build_parser() -> argparse.ArgumentParser:
     piper.add_argument("--name", help="voice name")
     piper.add_argument("--out", type=Path, required=True, help="voice folder to write")
     piper.set_defaults(func=cmd_export_piper)
+    int8 = export_sub.add_parser(
+        "int8",
+        help="a copy of a voice with a static INT8 vocoder, checked against FP32",
+        formatter_class=defaults,
+    )
+    int8.add_argument("--voice", type=Path, default=DEFAULT_VOICE_DIR, help="FP32 voice folder")
+    int8.add_argument("--out", type=Path, required=True, help="voice folder to write")
+    int8.set_defaults(func=cmd_export_int8)
 
     build = sub.add_parser(
         "build-repo", help="put a voice into the model repository", formatter_class=defaults

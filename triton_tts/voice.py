@@ -43,6 +43,8 @@ class Voice:
     noise_w: float = 0.8
     source: str = ""
     licence: str = ""
+    # stage -> "fp32" | "fp16" | "int8"; stages not named are FP32
+    precision: dict[str, str] = field(default_factory=dict)
 
     @property
     def num_speakers(self) -> int:
