@@ -163,6 +163,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--voice",
+        type=Path,
+        action="append",
+        default=None,
+        help="voice folder(s) for triton-tts (default: joe)",
+    )
     parser.add_argument("--out", type=Path, default=Path("results/peers.json"))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -181,12 +188,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             results["piper_http_server"] = load(piper_call(port), args.concurrency, args.rounds)
             piper.kill()
             piper.wait()
-        server = stack.enter_context(default_voice_server())
-        for protocol, url in (("http", server.http_url), ("grpc", server.grpc_url)):
-            load(triton_call(url, protocol), 2, 1)
-            results[f"triton_tts_{protocol}"] = load(
-                triton_call(url, protocol), args.concurrency, args.rounds
-            )
+    names = {"piper_http_server": "Piper's HTTP server"}
+    for voice_dir in args.voice or [None]:
+        voice = voice_dir.name if voice_dir else "joe"
+        with default_voice_server(voice_dir=voice_dir) as server:
+            for protocol, url in (("http", server.http_url), ("grpc", server.grpc_url)):
+                key = f"triton_tts_{voice}_{protocol}"
+                names[key] = f"triton-tts ({voice}), {protocol.upper().replace('GRPC', 'gRPC')}"
+                load(triton_call(url, protocol), 2, 1)
+                results[key] = load(triton_call(url, protocol), args.concurrency, args.rounds)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2), encoding="utf-8")
     ceiling = results["direct_onnxruntime"]["x_real_time"]
@@ -196,11 +206,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"| onnxruntime directly, {results['direct_onnxruntime']['processes']} processes x batch 1 "
         f"(ceiling) | {ceiling:.1f} | 1.00 | - | - |"
     )
-    for key, name in (
-        ("piper_http_server", "Piper's HTTP server"),
-        ("triton_tts_http", "triton-tts, HTTP"),
-        ("triton_tts_grpc", "triton-tts, gRPC"),
-    ):
+    for key, name in names.items():
         if key in results:
             r = results[key]
             print(

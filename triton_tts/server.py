@@ -174,12 +174,22 @@ class TritonServer:
 
 
 @contextmanager
-def default_voice_server(repo: Path | None = None, log_file: Path | None = None) -> Iterator[TritonServer]:
-    """The default voice, exported and built if needed, served on free ports until exit."""
+def default_voice_server(
+    repo: Path | None = None, log_file: Path | None = None, voice_dir: Path | None = None
+) -> Iterator[TritonServer]:
+    """A voice (default: the bundled one, exported if needed) served on free ports until exit.
+
+    Another voice is built into a temporary repository, so the committed configs (rendered
+    for the default voice) stay as they are.
+    """
+    import tempfile
+
     from triton_tts.repository import DEFAULT_REPOSITORY, build_repository, ensure_default_voice
 
-    built = build_repository(ensure_default_voice(), repo or DEFAULT_REPOSITORY)
-    with TritonServer(
-        built, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(), log_file=log_file
-    ) as server:
-        yield server
+    with tempfile.TemporaryDirectory(prefix="triton-tts-") as scratch:
+        target = repo or (Path(scratch) / "model_repository" if voice_dir else DEFAULT_REPOSITORY)
+        built = build_repository(voice_dir or ensure_default_voice(), target)
+        with TritonServer(
+            built, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(), log_file=log_file
+        ) as server:
+            yield server
