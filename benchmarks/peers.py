@@ -19,7 +19,6 @@ import multiprocessing
 import platform
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Callable
@@ -27,47 +26,17 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import soundfile as sf
 
-from triton_tts.client import TTSClient
 from triton_tts.onnx_session import available_cores
 from triton_tts.sample_texts import SENTENCES
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from loadgen import load, triton_call
 
 log = logging.getLogger("peers")
 ROOT = Path(__file__).resolve().parent.parent
 PIPER_PYTHON = ROOT / ".bench" / "piper" / "bin" / "python"
-
-
-def load(call: Callable[[str], float], concurrency: int, rounds: int) -> dict[str, float]:
-    """``call(text) -> seconds of audio``, from ``concurrency`` threads; throughput and latency."""
-    latencies: list[float] = []
-    audio = [0.0]
-    lock = threading.Lock()
-
-    def worker(offset: int) -> None:
-        for r in range(rounds):
-            for i in range(len(SENTENCES)):
-                text = SENTENCES[(i + offset + r) % len(SENTENCES)]
-                start = time.perf_counter()
-                seconds = call(text)
-                with lock:
-                    latencies.append(time.perf_counter() - start)
-                    audio[0] += seconds
-
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(concurrency)]
-    start = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - start
-    return {
-        "x_real_time": audio[0] / wall,
-        "p50_s": float(np.percentile(latencies, 50)),
-        "p99_s": float(np.percentile(latencies, 99)),
-        "requests": len(latencies),
-    }
 
 
 def _direct_worker(rounds: int, offset: int, ready: Any, results: Any) -> None:
@@ -144,17 +113,6 @@ def piper_call(port: int) -> Callable[[str], float]:
 
             info = sf.info(io.BytesIO(response.read()))
         return float(info.duration)
-
-    return call
-
-
-def triton_call(url: str, protocol: str) -> Callable[[str], float]:
-    local = threading.local()
-
-    def call(text: str) -> float:
-        if not hasattr(local, "client"):
-            local.client = TTSClient(url, protocol)  # type: ignore[arg-type]
-        return float(local.client.synthesize(text).duration_s)
 
     return call
 

@@ -17,7 +17,6 @@ import argparse
 import json
 import logging
 import platform
-import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -56,35 +55,15 @@ def single_stream(client: TTSClient, rounds: int) -> dict[str, float]:
 
 
 def concurrent_streams(url: str, protocol: Protocol, concurrency: int, rounds: int) -> dict[str, float]:
-    latencies: list[float] = []
-    audio_total = [0.0]
-    lock = threading.Lock()
+    from loadgen import load, triton_call
 
-    def worker(offset: int) -> None:
-        with TTSClient(url, protocol) as client:  # tritonclient clients are not shared across threads
-            for r in range(rounds):
-                for i in range(len(SENTENCES)):
-                    text = SENTENCES[(i + offset + r) % len(SENTENCES)]
-                    start = time.perf_counter()
-                    result = client.synthesize(text)
-                    elapsed = time.perf_counter() - start
-                    with lock:
-                        latencies.append(elapsed)
-                        audio_total[0] += result.duration_s
-
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(concurrency)]
-    start = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - start
+    r = load(triton_call(url, protocol), concurrency, rounds)
     return {
-        "rtf": wall / audio_total[0],
-        "x_real_time": audio_total[0] / wall,
-        "latency_p50_s": percentile(latencies, 50),
-        "latency_p99_s": percentile(latencies, 99),
-        "requests": len(latencies),
+        "rtf": 1 / r["x_real_time"],
+        "x_real_time": r["x_real_time"],
+        "latency_p50_s": r["p50_s"],
+        "latency_p99_s": r["p99_s"],
+        "requests": r["requests"],
         "concurrency": concurrency,
     }
 
