@@ -33,6 +33,8 @@ import tritonclient.http as httpclient
 import tritonclient.http.aio as httpaio
 from tritonclient.utils import InferenceServerException
 
+from triton_tts.config_parameters import string_parameters
+
 Protocol = Literal["http", "grpc"]
 DEFAULT_URLS: dict[str, str] = {"http": "localhost:8000", "grpc": "localhost:8001"}
 DEFAULT_MODEL = "tts"
@@ -156,7 +158,7 @@ def _chunk(result: Any) -> AudioChunk:
 
 
 def _voices(config: dict[str, Any]) -> list[VoiceInfo]:
-    params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+    params = string_parameters(config)
     return [
         VoiceInfo(
             name=params["voice_name"],

@@ -21,6 +21,7 @@ import numpy.typing as npt
 import triton_python_backend_utils as pb_utils
 
 from triton_tts.chunking import ChunkPlan, join_edges, split_text
+from triton_tts.config_parameters import string_parameters
 from triton_tts.request_options import read_options
 from triton_tts.text.normalize import normalize_english
 from triton_tts.validation import MAX_LONG_TEXT_CHARS, NOTHING_TO_SAY, InvalidRequest, decode_text
@@ -55,14 +56,35 @@ class ServedVoice:
         return cls(params["voice_name"], max(1, len(json.loads(params["voice_speakers"]))))
 
 
-def read_request(request: Any, plan: ChunkPlan, voice: ServedVoice) -> LongTextRequest:
+@dataclass(frozen=True)
+class LongTextSettings:
+    """What ``tts`` and ``tts_stream`` read once in ``initialize``."""
+
+    plan: ChunkPlan
+    chunks_in_flight: int
+    voice: ServedVoice
+    threads: int
+
+    @classmethod
+    def from_model_config(cls, config: dict[str, Any]) -> LongTextSettings:
+        params = string_parameters(config)
+        return cls(
+            plan=ChunkPlan(int(params["first_chunk_chars"]), int(params["chunk_chars"])),
+            chunks_in_flight=int(params["chunks_in_flight"]),
+            voice=ServedVoice.from_parameters(params),
+            threads=int(params["bls_threads"]),
+        )
+
+
+def read_request(request: Any, settings: LongTextSettings) -> LongTextRequest:
     """TEXT -> normalised chunks; the optional inputs go to every chunk unchanged."""
     raw = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy().reshape(-1)
     if raw.size != 1:
         raise InvalidRequest(f"TEXT must hold one string per request, got {raw.size}")
     text = normalize_english(decode_text(raw[0], limit=MAX_LONG_TEXT_CHARS))
+    voice = settings.voice
     read_options(request, voice.name, voice.num_speakers)  # fail before any chunk runs
-    chunks = split_text(text, plan)
+    chunks = split_text(text, settings.plan)
     if not chunks:
         raise InvalidRequest(NOTHING_TO_SAY)
     extras = [

@@ -17,13 +17,14 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 
 from triton_tts.batching import pad_stack, plan_sub_batches
+from triton_tts.config_parameters import string_parameters
 from triton_tts.onnx_session import cpu_session, resolve_threads
 
 FloatArray = npt.NDArray[np.float32]
@@ -41,7 +42,7 @@ class StageSettings:
     @classmethod
     def from_triton_args(cls, args: dict[str, str]) -> StageSettings:
         config = json.loads(args["model_config"])
-        params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+        params = string_parameters(config)
         instances = sum(int(g.get("count", 1)) for g in config.get("instance_group", [])) or 1
         folder = Path(args["model_repository"]) / args["model_version"]
         return cls(folder / "model.onnx", resolve_threads(params.get("intra_op_threads"), instances), params)
@@ -57,12 +58,18 @@ class RunFailed:
     message: str
 
 
+RunnerT = TypeVar("RunnerT", bound="_Runner")
+
+
 class _Runner:
     # onnxruntime's CPU arena keeps the high-water mark of the largest run for good: one
     # 1,000-character request left the vocoder at 1.26 GB RSS for ever. Shrinking the arena
     # after large runs only gives it back (measured: RSS back to ~0.1 GB, no slowdown of
     # later short runs; turning the arena off instead cost 25% speed).
     SHRINK_ABOVE = 1024  # padded length (ids or frames) x items
+    # The config parameter that caps a run's padded size, and its default.
+    PADDED_PARAMETER: str
+    PADDED_DEFAULT: int
 
     def __init__(self, onnx_path: Path, threads: int, max_items_per_run: int, max_padded: int) -> None:
         self.session = cpu_session(onnx_path, threads)
@@ -72,19 +79,21 @@ class _Runner:
         self._shrink = ort.RunOptions()
         self._shrink.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
 
+    @classmethod
+    def from_settings(cls: type[RunnerT], settings: StageSettings) -> RunnerT:
+        return cls(
+            settings.onnx_path,
+            settings.threads,
+            settings.int_parameter("max_items_per_run", 1),
+            settings.int_parameter(cls.PADDED_PARAMETER, cls.PADDED_DEFAULT),
+        )
+
     def run_options(self, padded_size: int) -> ort.RunOptions | None:
         return self._shrink if padded_size > self.SHRINK_ABOVE else None
 
 
 class AcousticRunner(_Runner):
-    @classmethod
-    def from_settings(cls, s: StageSettings) -> AcousticRunner:
-        return cls(
-            s.onnx_path,
-            s.threads,
-            s.int_parameter("max_items_per_run", 1),
-            s.int_parameter("max_padded_phonemes", 8192),
-        )
+    PADDED_PARAMETER, PADDED_DEFAULT = "max_padded_phonemes", 8192
 
     def run(
         self, ids: Sequence[IntArray], scales: Sequence[FloatArray]
@@ -114,14 +123,7 @@ class AcousticRunner(_Runner):
 
 
 class VocoderRunner(_Runner):
-    @classmethod
-    def from_settings(cls, s: StageSettings) -> VocoderRunner:
-        return cls(
-            s.onnx_path,
-            s.threads,
-            s.int_parameter("max_items_per_run", 1),
-            s.int_parameter("max_padded_frames", 4000),
-        )
+    PADDED_PARAMETER, PADDED_DEFAULT = "max_padded_frames", 4000
 
     def run(self, latents: Sequence[FloatArray]) -> list[FloatArray | RunFailed]:
         """latents: [C, frames] each -> waveform [frames * hop] each."""

@@ -17,6 +17,7 @@ import numpy.typing as npt
 import triton_python_backend_utils as pb_utils
 
 from triton_tts.batching import bucket_length
+from triton_tts.config_parameters import string_parameters
 from triton_tts.request_options import read_options
 from triton_tts.text.normalize import normalize_english
 from triton_tts.text.phonemize import EspeakPhonemizer, has_speech
@@ -34,7 +35,7 @@ class TritonPythonModel:
     def initialize(self, args: dict[str, str]) -> None:
         self.logger = pb_utils.Logger
         config = json.loads(args["model_config"])
-        params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+        params = string_parameters(config)
         folder = Path(args["model_repository"]) / args["model_version"]
         self.voice = Voice.load(folder)
         self.bucketed = params.get("pad_to_buckets", "true").lower() == "true"

@@ -16,18 +16,14 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from triton_tts.bls import ServedVoice, error_response, in_order, read_request
-from triton_tts.chunking import ChunkPlan
+from triton_tts.bls import LongTextSettings, error_response, in_order, read_request
 
 
 class TritonPythonModel:
     def initialize(self, args: dict[str, str]) -> None:
         config = json.loads(args["model_config"])
-        params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
-        self.plan = ChunkPlan(int(params["first_chunk_chars"]), int(params["chunk_chars"]))
-        self.window = int(params["chunks_in_flight"])
-        self.voice = ServedVoice.from_parameters(params)
-        threads = int(params["bls_threads"])
+        self.settings = LongTextSettings.from_model_config(config)
+        threads = self.settings.threads
         # Two pools: request threads wait on chunk threads, so they must never share one.
         self.requests = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tts")
         self.chunks = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tts-bls")
@@ -39,8 +35,8 @@ class TritonPythonModel:
 
     def _synthesize(self, request: Any) -> Any:
         try:
-            long_text = read_request(request, self.plan, self.voice)
-            chunks = list(in_order(self.chunks, long_text, self.window))
+            long_text = read_request(request, self.settings)
+            chunks = list(in_order(self.chunks, long_text, self.settings.chunks_in_flight))
             audio = np.concatenate([chunk_audio for _, chunk_audio, _ in chunks])[None, :]
             rate = chunks[0][2]
         except Exception as err:  # the request's own error; others are unaffected

@@ -18,8 +18,7 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from triton_tts.bls import ServedVoice, error_response, in_order, read_request
-from triton_tts.chunking import ChunkPlan
+from triton_tts.bls import LongTextSettings, error_response, in_order, read_request
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
@@ -31,11 +30,8 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException(
                 "tts_stream needs model_transaction_policy { decoupled: true }"
             )
-        params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
-        self.plan = ChunkPlan(int(params["first_chunk_chars"]), int(params["chunk_chars"]))
-        self.window = int(params["chunks_in_flight"])
-        self.voice = ServedVoice.from_parameters(params)
-        threads = int(params["bls_threads"])
+        self.settings = LongTextSettings.from_model_config(config)
+        threads = self.settings.threads
         self.chunks = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="stream-bls")
         self.streams = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="stream")
         self.active = 0
@@ -51,9 +47,11 @@ class TritonPythonModel:
         sender = request.get_response_sender()
         sent_final = False
         try:
-            long_text = read_request(request, self.plan, self.voice)
+            long_text = read_request(request, self.settings)
             count = len(long_text.chunks)
-            for index, audio, rate in in_order(self.chunks, long_text, self.window, sender.is_cancelled):
+            for index, audio, rate in in_order(
+                self.chunks, long_text, self.settings.chunks_in_flight, sender.is_cancelled
+            ):
                 last = index == count - 1
                 response = pb_utils.InferenceResponse(
                     output_tensors=[
