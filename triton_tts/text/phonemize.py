@@ -44,6 +44,13 @@ class EspeakPhonemizer:
             result = self._backend.phonemize(texts, separator=_SEPARATOR, strip=True, njobs=1)
         return [" ".join(p.split()) for p in result]
 
+    def symbols(self, texts: list[str], tokens: str = "phonemes") -> list[str]:
+        """What a voice's ids are made from: IPA phonemes, or (character voices) the
+        normalised text in lower case, as Coqui's character tokenisers expect."""
+        if tokens == "characters":
+            return [" ".join(t.lower().split()) for t in texts]
+        return self.phonemize(texts)
+
 
 def has_speech(phonemes: str) -> bool:
     """False for phoneme strings of punctuation and spaces only."""

@@ -28,8 +28,6 @@ from triton_tts.validation import (
 )
 from triton_tts.voice import Voice
 
-MIN_PHONEME_IDS = 5  # BOS PAD symbol PAD EOS
-
 
 class TritonPythonModel:
     def initialize(self, args: dict[str, str]) -> None:
@@ -40,7 +38,8 @@ class TritonPythonModel:
         self.voice = Voice.load(folder)
         self.bucketed = params.get("pad_to_buckets", "true").lower() == "true"
         self.phonemizer = EspeakPhonemizer(self.voice.phonemizer_language)
-        self.pad_id = self.voice.symbols["_"][0]
+        self.pad_id = self.voice.padding_id
+        self.framing_only = len(self.voice.phonemes_to_ids(""))  # BOS/EOS/blanks, no symbol
         self.logger.log_info(
             f"preprocess: voice '{self.voice.name}', espeak '{self.voice.phonemizer_language}', "
             f"buckets {'on' if self.bucketed else 'off'}"
@@ -70,9 +69,9 @@ class TritonPythonModel:
                 continue
             texts.append(text)
             accepted.append((i, scales))
-        for (i, scales), phonemes in zip(accepted, self.phonemizer.phonemize(texts), strict=True):
+        for (i, scales), phonemes in zip(accepted, self.phonemizer.symbols(texts, self.voice.tokens), strict=True):
             ids = self.voice.phonemes_to_ids(phonemes)
-            if len(ids) < MIN_PHONEME_IDS or not has_speech(phonemes):
+            if len(ids) <= self.framing_only or not has_speech(phonemes):
                 responses[i] = _error(NOTHING_TO_SAY)
                 continue
             padded = np.full(bucket_length(len(ids)) if self.bucketed else len(ids), self.pad_id, np.int64)
