@@ -65,6 +65,9 @@ class Voice:
     acoustic_kind: str = "single"  # "single": one acoustic.onnx; "tacotron2": step-wise
     vocoder_uses_speaker: bool = False
     max_decoder_steps: int = 0  # tacotron2: the loop's guard (frames per item)
+    # Mel voices: frames the acoustic stage repeats at each end of the mel (Coqui's GAN
+    # vocoders pad their input this way at inference); FRAME_COUNT includes them.
+    mel_edge_frames: int = 0
 
     @property
     def num_speakers(self) -> int:
