@@ -159,6 +159,13 @@ def _chunk(result: Any) -> AudioChunk:
 
 def _voices(config: dict[str, Any]) -> list[VoiceInfo]:
     params = string_parameters(config)
+    if "voices" in params:  # every voice, the default first
+        return [
+            VoiceInfo(
+                name=v["name"], language=v["language"], sample_rate=int(v["sample_rate"]), speakers=v["speakers"]
+            )
+            for v in json.loads(params["voices"])
+        ]
     return [
         VoiceInfo(
             name=params["voice_name"],

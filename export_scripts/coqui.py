@@ -33,13 +33,13 @@ import onnx
 import torch
 from torch import nn
 
+from triton_tts.export.coqui_arguments import PRECISIONS, add_arguments
 from triton_tts.voice import ACOUSTIC_FILE, VOCODER_FILE, Voice
 
 log = logging.getLogger(__name__)
 
 OPSET = 17
 FRAME_MULTIPLE = 64  # LATENT frames are padded to a multiple of this (native GPU batching)
-PRECISIONS = ("fp32", "fp16", "int8")
 MEL_FAMILIES = ("fast_pitch", "fastspeech2", "glow_tts", "tacotron2")
 FAMILIES = ("vits", *MEL_FAMILIES)
 
@@ -116,8 +116,13 @@ def voice_for(loaded: Loaded, name: str) -> Voice:
         speakers = {str(k): int(v) for k, v in tts.speaker_manager.name_to_id.items()}
     blank = [characters.blank_id] if tokenizer.add_blank else None
     sample_rate = int(tts.ap.sample_rate)
-    if loaded.vocoder is not None and int(loaded.synthesizer.vocoder_config.audio["sample_rate"]) != sample_rate:
-        raise ValueError("the vocoder's sample rate differs from the TTS model's; resampling is not supported")
+    if (
+        loaded.vocoder is not None
+        and int(loaded.synthesizer.vocoder_config.audio["sample_rate"]) != sample_rate
+    ):
+        raise ValueError(
+            "the vocoder's sample rate differs from the TTS model's; resampling is not supported"
+        )
     return Voice(
         name=name,
         sample_rate=sample_rate,
@@ -231,7 +236,9 @@ class PaddingSafe(nn.Module):
             if isinstance(module, nn.Conv1d | nn.ConvTranspose1d):
                 module.register_forward_pre_hook(self._mask_input)
 
-    def _mask_input(self, module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...] | None:
+    def _mask_input(
+        self, module: nn.Module, inputs: tuple[torch.Tensor, ...]
+    ) -> tuple[torch.Tensor, ...] | None:
         x = inputs[0]
         if self._valid is None or x.shape[-1] < self._frames:  # e.g. a [B, C, 1] conditioning
             return None
@@ -291,8 +298,14 @@ def example_inputs(voice: Voice, batch: int = 2, length: int = 40) -> tuple[torc
     return ids, lengths, scales, speakers
 
 
-def export_module(module: nn.Module, args: tuple[Any, ...], path: Path, inputs: list[str],
-                  outputs: list[str], axes: dict[str, dict[int, str]]) -> Path:
+def export_module(
+    module: nn.Module,
+    args: tuple[Any, ...],
+    path: Path,
+    inputs: list[str],
+    outputs: list[str],
+    axes: dict[str, dict[int, str]],
+) -> Path:
     module.eval()
     with torch.no_grad():
         torch.onnx.export(
@@ -337,16 +350,33 @@ def export_coqui(loaded: Loaded, out: Path, name: str | None = None, precision: 
     else:
         acoustic, vocoder, speaker_vocoder = stage_builders()[loaded.family](loaded)
         example = example_inputs(voice)
-        export_module(acoustic, example, out / ACOUSTIC_FILE, ACOUSTIC_INPUTS,
-                      ["LATENT", "FRAME_COUNT"], ACOUSTIC_AXES)
+        export_module(
+            acoustic, example, out / ACOUSTIC_FILE, ACOUSTIC_INPUTS, ["LATENT", "FRAME_COUNT"], ACOUSTIC_AXES
+        )
         with torch.no_grad():
             latent, _ = acoustic(*example)
         vocoder_args: tuple[Any, ...] = (latent, example[3]) if speaker_vocoder else (latent,)
         vocoder_inputs = ["LATENT", "SPEAKER_ID"] if speaker_vocoder else ["LATENT"]
-        export_module(vocoder, vocoder_args, out / VOCODER_FILE, vocoder_inputs, ["WAVEFORM"],
-                      {"LATENT": {0: "batch", 2: "frames"}, "SPEAKER_ID": {0: "batch"},
-                       "WAVEFORM": {0: "batch", 1: "samples"}})
-        voice = replace(voice, latent_channels=int(latent.shape[1]), vocoder_uses_speaker=speaker_vocoder)
+        export_module(
+            vocoder,
+            vocoder_args,
+            out / VOCODER_FILE,
+            vocoder_inputs,
+            ["WAVEFORM"],
+            {
+                "LATENT": {0: "batch", 2: "frames"},
+                "SPEAKER_ID": {0: "batch"},
+                "WAVEFORM": {0: "batch", 1: "samples"},
+            },
+        )
+        # Mel acoustic wrappers repeat the GAN vocoder's edge frames per item (coqui_forward).
+        edge = int(getattr(acoustic, "edge_frames", 0))
+        voice = replace(
+            voice,
+            latent_channels=int(latent.shape[1]),
+            vocoder_uses_speaker=speaker_vocoder,
+            mel_edge_frames=edge,
+        )
     voice.save(out)
     if precision != "fp32":
         voice = convert_precision(out, voice, precision)
@@ -414,19 +444,6 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Export a Coqui TTS model to a triton-tts voice folder")
     add_arguments(parser)
     run(parser.parse_args(argv))
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--model-name", help="a Coqui model name, e.g. tts_models/en/ljspeech/vits (downloads)")
-    source.add_argument("--checkpoint", type=Path, help="a Coqui checkpoint (.pth); needs --config")
-    parser.add_argument("--config", type=Path, help="the checkpoint's config.json")
-    parser.add_argument("--vocoder-name", help="a Coqui vocoder name, e.g. vocoder_models/en/ljspeech/hifigan_v2")
-    parser.add_argument("--vocoder-checkpoint", type=Path)
-    parser.add_argument("--vocoder-config", type=Path)
-    parser.add_argument("--out", type=Path, required=True, help="the voice folder to write")
-    parser.add_argument("--name", help="the voice's name (default: the folder's name)")
-    parser.add_argument("--precision", choices=PRECISIONS, default="fp32")
 
 
 def run(args: argparse.Namespace) -> Voice:

@@ -14,6 +14,8 @@ Coqui's default layer sizes, for benchmarks where the cost per second of audio m
 from __future__ import annotations
 
 import argparse
+import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ TTS_FAMILIES = ("vits", "fast_pitch", "fastspeech2", "glow_tts", "tacotron2")
 VOCODER_FAMILIES = ("hifigan", "melgan")
 PHONEME_LANGUAGE = "en-us"
 WEIGHT_NOISE = 0.05  # std of the noise added to every weight
+FRAMES_PER_TOKEN = 5.0  # mel models: the typical duration the predictor is biased to
 
 
 @dataclass(frozen=True)
@@ -40,7 +43,7 @@ def _phonemes(config: Any) -> None:
     config.phoneme_cache_path = None
 
 
-def _vits(size: str, speakers: int) -> tuple[Any, Any]:
+def _vits(size: str, speakers: int, folder: Path) -> tuple[Any, Any]:
     from TTS.tts.configs.vits_config import VitsArgs, VitsConfig
     from TTS.tts.models.vits import Vits
 
@@ -56,24 +59,24 @@ def _vits(size: str, speakers: int) -> tuple[Any, Any]:
             upsample_initial_channel_decoder=32,
             init_discriminator=False,
         )
-    if speakers > 1:
+    if speakers > 1:  # a speakers.json (name -> id) next to the checkpoint, as Coqui keeps it
+        folder.mkdir(parents=True, exist_ok=True)
+        speakers_file = folder / "speakers.json"
+        speakers_file.write_text(json.dumps({f"speaker_{i}": i for i in range(speakers)}), encoding="utf-8")
         args.use_speaker_embedding = True
         args.num_speakers = speakers
         args.speaker_embedding_channels = 16 if tiny else 256
+        args.speakers_file = str(speakers_file)
     config = VitsConfig(model_args=args)
     _phonemes(config)
     if speakers > 1:
         config.use_speaker_embedding = True
         config.num_speakers = speakers
+        config.speakers_file = args.speakers_file
     # Deterministic references: noise is a request option (SCALES), zero here.
     config.model_args.inference_noise_scale = 0.0
     config.model_args.inference_noise_scale_dp = 0.0
     model = Vits.init_from_config(config)
-    if speakers > 1:
-        from TTS.tts.utils.speakers import SpeakerManager
-
-        model.speaker_manager = SpeakerManager()
-        model.speaker_manager.name_to_id = {f"speaker_{i}": i for i in range(speakers)}
     return config, model
 
 
@@ -124,13 +127,11 @@ def _tacotron2(size: str) -> tuple[Any, Any]:
     return config, model
 
 
-def build_tts(
-    family: str, folder: Path, size: str = "tiny", seed: int = 0, speakers: int = 1
-) -> Checkpoint:
+def build_tts(family: str, folder: Path, size: str = "tiny", seed: int = 0, speakers: int = 1) -> Checkpoint:
     """Build, perturb and save a random-weight TTS model of ``family``."""
     torch.manual_seed(seed)
     if family == "vits":
-        config, model = _vits(size, speakers)
+        config, model = _vits(size, speakers, Path(folder))
     elif family in ("fast_pitch", "fastspeech2"):
         config, model = _forward_tts(family, size)
     elif family == "glow_tts":
@@ -140,7 +141,25 @@ def build_tts(
     else:
         raise ValueError(f"unknown family {family!r}; one of {', '.join(TTS_FAMILIES)}")
     _perturb(model)
+    _realistic_durations(family, model)
     return _save(model, config, Path(folder))
+
+
+def _realistic_durations(family: str, model: Any) -> None:
+    """Give the duration predictor of a mel model trained-like output (about 5 frames per token).
+
+    At random init its log-durations sit near 0, so every token rounds up to Coqui's
+    minimum of 1 frame: a length_scale of 1.3 would change nothing and the per-token
+    rounding would never be exercised. A bias of log(1 + 5) on its last projection (the
+    predictor's target is log(1 + frames)) keeps the perturbed weights' spread around it.
+    """
+    predictor = {"fast_pitch": "duration_predictor", "fastspeech2": "duration_predictor",
+                 "glow_tts": "encoder.duration_predictor"}.get(family)
+    if predictor is None:
+        return
+    proj = model.get_submodule(predictor).proj
+    with torch.no_grad():
+        proj.bias.add_(math.log(1.0 + FRAMES_PER_TOKEN))
 
 
 def build_vocoder(
@@ -167,7 +186,24 @@ def build_vocoder(
         setattr(config.audio, key, value)
     model = GAN(config)
     _perturb(model.model_g)
+    if size == "tiny":
+        return _save_generator(model.model_g, config, Path(folder))
     return _save(model, config, Path(folder))
+
+
+def _save_generator(generator: torch.nn.Module, config: Any, folder: Path) -> Checkpoint:
+    """Save only the generator, in Coqui's older GAN checkpoint layout.
+
+    A current GAN checkpoint must hold the discriminator too (Coqui builds one and loads
+    strictly, then drops it for inference): ~70M parameters, 270 MB and seconds per
+    test vocoder. A state with a ``model_disc`` key is Coqui's pre-0.0.15 layout, which
+    ``GAN.load_checkpoint`` still loads into the generator alone.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    checkpoint, config_path = folder / "model.pth", folder / "config.json"
+    torch.save({"model": generator.state_dict(), "model_disc": {}, "config": config.to_dict()}, checkpoint)
+    config.save_json(str(config_path))
+    return Checkpoint(checkpoint, config_path)
 
 
 @torch.no_grad()

@@ -14,7 +14,7 @@ import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
 from triton_tts import model_configs
-from triton_tts.model_configs import GPU_VARIANTS, BuildOptions, parse
+from triton_tts.model_configs import GPU_VARIANTS, BuildOptions, VoiceModels, parse
 from triton_tts.repository import DEFAULT_REPOSITORY
 
 VARIANTS = ("cpu", *GPU_VARIANTS)
@@ -84,7 +84,9 @@ def test_long_text_models() -> None:
 
 
 def test_build_options_reach_the_configs(tmp_path: Path) -> None:
-    options = BuildOptions(vocoder_instances=3, vocoder_threads="1", max_batch_size=8, latent_channels=80)
+    options = BuildOptions(
+        vocoder_instances=3, vocoder_threads="1", max_batch_size=8, voices=(VoiceModels(latent_channels=80),)
+    )
     model_configs.write(tmp_path, options)
     vocoder = parse((tmp_path / "vocoder/config.pbtxt").read_text(encoding="utf-8"))
     assert vocoder.instance_group[0].count == 3

@@ -22,11 +22,10 @@ import triton_python_backend_utils as pb_utils
 
 from triton_tts.chunking import ChunkPlan, join_edges, split_text
 from triton_tts.config_parameters import string_parameters
-from triton_tts.request_options import read_options
+from triton_tts.request_options import read_options, requested_voice
 from triton_tts.text.normalize import normalize_english
 from triton_tts.validation import MAX_LONG_TEXT_CHARS, NOTHING_TO_SAY, InvalidRequest, decode_text
 
-CHUNK_MODEL = "tts_chunk"
 PASSED_THROUGH = ("SPEED", "SPEAKER_ID", "NOISE_SCALE", "NOISE_W", "VOICE")
 
 
@@ -42,18 +41,23 @@ class ChunkFailed(Exception):
 class LongTextRequest:
     chunks: list[str]
     passed_through: list[Any]  # pb_utils.Tensor inputs forwarded to every chunk
+    model: str = "tts_chunk"  # the chosen voice's ensemble
 
 
 @dataclass(frozen=True)
 class ServedVoice:
-    """The voice behind ``tts_chunk``, as the long-text models' config parameters say."""
+    """A voice and its ``tts_chunk`` ensemble, as the long-text models' parameters say."""
 
     name: str
     num_speakers: int
+    model: str
 
     @classmethod
-    def from_parameters(cls, params: dict[str, str]) -> ServedVoice:
-        return cls(params["voice_name"], max(1, len(json.loads(params["voice_speakers"]))))
+    def all_from_parameters(cls, params: dict[str, str]) -> list[ServedVoice]:
+        """Every voice served, the default first (see model_configs.VoiceModels)."""
+        return [
+            cls(v["name"], max(1, len(v["speakers"])), v["model"]) for v in json.loads(params["voices"])
+        ]
 
 
 @dataclass(frozen=True)
@@ -62,8 +66,16 @@ class LongTextSettings:
 
     plan: ChunkPlan
     chunks_in_flight: int
-    voice: ServedVoice
+    voices: list[ServedVoice]  # the default first
     threads: int
+
+    def voice(self, name: str) -> ServedVoice:
+        """The voice a request's VOICE names ("" or absent: the default)."""
+        for voice in self.voices:
+            if voice.name == name or (not name and voice is self.voices[0]):
+                return voice
+        served = ", ".join(f"'{v.name}'" for v in self.voices)
+        raise InvalidRequest(f"unknown VOICE '{name}': this server serves {served}")
 
     @classmethod
     def from_model_config(cls, config: dict[str, Any]) -> LongTextSettings:
@@ -71,7 +83,7 @@ class LongTextSettings:
         return cls(
             plan=ChunkPlan(int(params["first_chunk_chars"]), int(params["chunk_chars"])),
             chunks_in_flight=int(params["chunks_in_flight"]),
-            voice=ServedVoice.from_parameters(params),
+            voices=ServedVoice.all_from_parameters(params),
             threads=int(params["bls_threads"]),
         )
 
@@ -82,7 +94,7 @@ def read_request(request: Any, settings: LongTextSettings) -> LongTextRequest:
     if raw.size != 1:
         raise InvalidRequest(f"TEXT must hold one string per request, got {raw.size}")
     text = normalize_english(decode_text(raw[0], limit=MAX_LONG_TEXT_CHARS))
-    voice = settings.voice
+    voice = settings.voice(requested_voice(request))
     read_options(request, voice.name, voice.num_speakers)  # fail before any chunk runs
     chunks = split_text(text, settings.plan)
     if not chunks:
@@ -90,14 +102,14 @@ def read_request(request: Any, settings: LongTextSettings) -> LongTextRequest:
     extras = [
         t for name in PASSED_THROUGH if (t := pb_utils.get_input_tensor_by_name(request, name)) is not None
     ]
-    return LongTextRequest(chunks, extras)
+    return LongTextRequest(chunks, extras, voice.model)
 
 
-def synthesize_chunk(text: str, extras: list[Any]) -> tuple[npt.NDArray[np.float32], int]:
-    """One chunk through the ensemble (blocking BLS call)."""
+def synthesize_chunk(model: str, text: str, extras: list[Any]) -> tuple[npt.NDArray[np.float32], int]:
+    """One chunk through the voice's ensemble (blocking BLS call)."""
     inputs = [pb_utils.Tensor("TEXT", np.array([[text.encode("utf-8")]], dtype=np.object_)), *extras]
     response = pb_utils.InferenceRequest(
-        model_name=CHUNK_MODEL, requested_output_names=["AUDIO", "SAMPLE_RATE"], inputs=inputs
+        model_name=model, requested_output_names=["AUDIO", "SAMPLE_RATE"], inputs=inputs
     ).exec()
     if response.has_error():
         if response.error().message().endswith(NOTHING_TO_SAY):
@@ -130,7 +142,7 @@ def in_order(
         limit = 1 if index == 0 else window
         while submitted < count and submitted < index + limit and not cancelled():
             pending[submitted] = pool.submit(
-                synthesize_chunk, request.chunks[submitted], request.passed_through
+                synthesize_chunk, request.model, request.chunks[submitted], request.passed_through
             )
             submitted += 1
         if index not in pending:

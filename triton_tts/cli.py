@@ -3,7 +3,8 @@
 triton-tts serve                      # export the default voice if needed, build, serve
 triton-tts say "Hello." -o hello.wav  # through a running server (HTTP or gRPC)
 triton-tts export piper --out voices/joe
-triton-tts build-repo --voice voices/joe
+triton-tts export coqui --model-name tts_models/en/ljspeech/vits --out voices/ljs
+triton-tts build-repo --voice voices/joe --voice voices/ljs   # several voices; the first is the default
 """
 
 from __future__ import annotations
@@ -64,9 +65,26 @@ def build_options(args: argparse.Namespace) -> BuildOptions:
     )
 
 
+def _voice_dirs(args: argparse.Namespace) -> list[Path]:
+    dirs: list[Path] = args.voice or [DEFAULT_VOICE_DIR]
+    for folder in dirs:
+        ensure_default_voice(folder)
+    return dirs
+
+
 def cmd_build_repo(args: argparse.Namespace) -> int:
-    ensure_default_voice(args.voice)
-    build_repository(args.voice, args.out, build_options(args))
+    build_repository(_voice_dirs(args), args.out, build_options(args))
+    return 0
+
+
+def cmd_export_coqui(args: argparse.Namespace) -> int:
+    try:
+        from triton_tts.export import coqui
+    except ImportError as err:  # torch / coqui-tts are export-only dependencies
+        raise SystemExit(
+            f"{err}: the Coqui export needs the export extra: pip install 'triton-tts[export]'"
+        ) from err
+    coqui.run(args)
     return 0
 
 
@@ -104,8 +122,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, _stop_on_signal)
     signal.signal(signal.SIGTERM, _stop_on_signal)
     if not args.no_build:
-        ensure_default_voice(args.voice)
-        build_repository(args.voice, args.model_repository, build_options(args))
+        build_repository(_voice_dirs(args), args.model_repository, build_options(args))
     server = TritonServer(
         args.model_repository,
         http_port=args.http_port,
@@ -148,7 +165,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser(
         "serve", help="build the repository and run tritonserver", formatter_class=defaults
     )
-    serve.add_argument("--voice", type=Path, default=DEFAULT_VOICE_DIR, help="voice folder")
+    serve.add_argument(
+        "--voice", type=Path, action="append", help="voice folder; repeat to serve several (first = default)"
+    )
     serve.add_argument("--model-repository", type=Path, default=DEFAULT_REPOSITORY)
     serve.add_argument("--http-port", type=int, default=8000)
     serve.add_argument("--grpc-port", type=int, default=8001)
@@ -191,11 +210,22 @@ def build_parser() -> argparse.ArgumentParser:
     int8.add_argument("--voice", type=Path, default=DEFAULT_VOICE_DIR, help="FP32 voice folder")
     int8.add_argument("--out", type=Path, required=True, help="voice folder to write")
     int8.set_defaults(func=cmd_export_int8)
+    coqui_parser = export_sub.add_parser(
+        "coqui",
+        help="export a Coqui TTS model (VITS, FastPitch, FastSpeech2, Glow-TTS, Tacotron2) + vocoder",
+        formatter_class=defaults,
+    )
+    from triton_tts.export.coqui_arguments import add_arguments
+
+    add_arguments(coqui_parser)
+    coqui_parser.set_defaults(func=cmd_export_coqui)
 
     build = sub.add_parser(
         "build-repo", help="put a voice into the model repository", formatter_class=defaults
     )
-    build.add_argument("--voice", type=Path, default=DEFAULT_VOICE_DIR, help="voice folder")
+    build.add_argument(
+        "--voice", type=Path, action="append", help="voice folder; repeat for several (first = default)"
+    )
     build.add_argument("--out", type=Path, default=DEFAULT_REPOSITORY, help="repository to fill")
     add_build_options(build)
     build.set_defaults(func=cmd_build_repo)

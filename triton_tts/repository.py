@@ -9,15 +9,23 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import struct
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from triton_tts import model_configs
-from triton_tts.model_configs import WARMUP_IDS_LENGTH, BuildOptions
+from triton_tts.model_configs import (
+    CHUNK_MODEL,
+    VOICE_SEPARATOR,
+    WARMUP_IDS_LENGTH,
+    BuildOptions,
+    VoiceModels,
+)
 from triton_tts.voice import ACOUSTIC_FILE, VOCODER_FILE, VOICE_FILE, Voice
 
 log = logging.getLogger(__name__)
@@ -27,6 +35,8 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # installed copy put it (the container image sets TRITON_TTS_REPOSITORY_TEMPLATE).
 DEFAULT_REPOSITORY = Path(os.environ.get("TRITON_TTS_REPOSITORY_TEMPLATE", PROJECT_ROOT / "model_repository"))
 DEFAULT_VOICE_DIR = PROJECT_ROOT / "voices" / "joe"
+STAGES = ("preprocess", "acoustic", "vocoder", "postprocess")
+VOICE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 WARMUP_TEXT = "Warming up the voice, so that the first request is fast."
 # WARMUP_TEXT in IPA, typed in so that building a repository needs no espeak-ng.
 WARMUP_PHONEMES = "wˈɔːɹmɪŋ ˈʌp ðə vˈɔɪs, sˌoʊ ðæt ðə fˈɜːst ɹɪkwˈɛst ɪz fˈæst."
@@ -52,42 +62,96 @@ def _serialize_bytes(text: str) -> bytes:
     return struct.pack("<I", len(data)) + data
 
 
-def write_warmup_data(repo: Path, voice: Voice) -> None:
-    (repo / "preprocess" / "warmup").mkdir(parents=True, exist_ok=True)
-    (repo / "preprocess" / "warmup" / "TEXT").write_bytes(_serialize_bytes(WARMUP_TEXT))
-    ids = voice.phonemes_to_ids(WARMUP_PHONEMES)[:WARMUP_IDS_LENGTH]
+def write_warmup_data(repo: Path, voice: Voice, models: VoiceModels) -> None:
+    preprocess = repo / models.model("preprocess") / "warmup"
+    preprocess.mkdir(parents=True, exist_ok=True)
+    (preprocess / "TEXT").write_bytes(_serialize_bytes(WARMUP_TEXT))
+    symbols = WARMUP_PHONEMES if voice.tokens == "phonemes" else WARMUP_TEXT.lower()
+    ids = voice.phonemes_to_ids(symbols)[:WARMUP_IDS_LENGTH]
     padded = np.full(WARMUP_IDS_LENGTH, voice.padding_id, dtype=np.int64)
     padded[: len(ids)] = ids
-    warm = repo / "acoustic" / "warmup"
+    warm = repo / models.model("acoustic") / "warmup"
     warm.mkdir(parents=True, exist_ok=True)
     (warm / "PHONEME_IDS").write_bytes(padded.tobytes())
     (warm / "PHONEME_LENGTH").write_bytes(np.array([len(ids)], np.int64).tobytes())
     scales = np.array([0.0, voice.length_scale, 0.0], np.float32)
     (warm / "SCALES").write_bytes(scales.tobytes())
+    if models.acoustic_speaker:
+        (warm / "SPEAKER_ID").write_bytes(np.zeros(1, np.int64).tobytes())
 
 
-def with_voice(options: BuildOptions, voice: Voice) -> BuildOptions:
-    """What the configs need to know about the voice they serve."""
-    return replace(
-        options,
+def voice_models(voice: Voice, voice_dir: Path, default: bool) -> VoiceModels:
+    """What the configs need to know about one voice they serve."""
+    acoustic_inputs = _onnx_inputs(voice_dir / ACOUSTIC_FILE) if voice.acoustic_kind == "single" else set()
+    return VoiceModels(
+        name=voice.name,
+        default=default,
+        language=voice.phonemizer_language,
+        sample_rate=voice.sample_rate,
+        speakers=json.dumps(voice.speakers, sort_keys=True),
         latent_channels=voice.latent_channels,
-        voice_name=voice.name,
-        voice_language=voice.phonemizer_language,
-        voice_sample_rate=voice.sample_rate,
-        voice_speakers=json.dumps(voice.speakers, sort_keys=True),
+        acoustic_speaker="SPEAKER_ID" in acoustic_inputs
+        or (voice.acoustic_kind != "single" and voice.num_speakers > 1),
+        vocoder_speaker=voice.vocoder_uses_speaker,
+        native_acoustic=voice.acoustic_kind == "single",
     )
 
 
+def _onnx_inputs(path: Path) -> set[str]:
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    initializers = {i.name for i in graph.initializer}
+    return {i.name for i in graph.input if i.name not in initializers}
+
+
+def with_voices(options: BuildOptions, voices: Sequence[tuple[Voice, Path]]) -> BuildOptions:
+    names = [voice.name for voice, _ in voices]
+    if len(set(names)) != len(names):
+        raise ValueError(f"voice names must differ, got {names}")
+    for name in names:
+        if not VOICE_NAME.fullmatch(name):
+            raise ValueError(
+                f"voice name {name!r}: use letters, digits, '-' and '_' (it names Triton models)"
+            )
+    return replace(
+        options, voices=tuple(voice_models(v, d, default=i == 0) for i, (v, d) in enumerate(voices))
+    )
+
+
+def with_voice(options: BuildOptions, voice: Voice, voice_dir: Path | None = None) -> BuildOptions:
+    """Single-voice form of :func:`with_voices`."""
+    return with_voices(options, [(voice, voice_dir or DEFAULT_VOICE_DIR)])
+
+
+def _stage_files(voice: Voice, voice_dir: Path) -> dict[str, list[tuple[Path, str]]]:
+    """stage -> (file in the voice folder, name in the model's version folder)."""
+    if voice.acoustic_kind == "tacotron2":
+        from triton_tts.tacotron import ONNX_FILES
+
+        acoustic = [(voice_dir / name, name) for name in ONNX_FILES]
+    else:
+        acoustic = [(voice_dir / ACOUSTIC_FILE, "model.onnx")]
+    return {
+        "acoustic": [*acoustic, (voice_dir / VOICE_FILE, VOICE_FILE)],
+        "vocoder": [(voice_dir / VOCODER_FILE, "model.onnx")],
+        "preprocess": [(voice_dir / VOICE_FILE, VOICE_FILE)],
+        "postprocess": [(voice_dir / VOICE_FILE, VOICE_FILE)],
+    }
+
+
 def build_repository(
-    voice_dir: Path = DEFAULT_VOICE_DIR,
+    voice_dirs: Path | Sequence[Path] = DEFAULT_VOICE_DIR,
     repo: Path = DEFAULT_REPOSITORY,
     options: BuildOptions | None = None,
 ) -> Path:
-    """Put ``voice_dir`` into ``repo`` (copying the committed model code first if elsewhere)
-    and render every config for ``options`` (default: the committed defaults)."""
-    voice_dir, repo = Path(voice_dir), Path(repo)
-    voice = Voice.load(voice_dir)
-    options = with_voice(options or BuildOptions(), voice)
+    """Put the voices into ``repo`` (copying the committed model code first if elsewhere)
+    and render every config for ``options`` (default: the committed defaults). The first
+    voice is the default; each further voice gets its own suffixed copy of the stages."""
+    dirs = [Path(voice_dirs)] if isinstance(voice_dirs, str | Path) else [Path(d) for d in voice_dirs]
+    repo = Path(repo)
+    voices = [(Voice.load(d), d) for d in dirs]
+    options = with_voices(options or BuildOptions(), voices)
     if repo.resolve() != DEFAULT_REPOSITORY.resolve():
         shutil.copytree(
             DEFAULT_REPOSITORY,
@@ -95,13 +159,21 @@ def build_repository(
             dirs_exist_ok=True,
             ignore=shutil.ignore_patterns("*.onnx", "*.plan", "__pycache__", "warmup", VOICE_FILE),
         )
+    # Voices of an earlier build that this one does not serve would still load: remove.
+    wanted = {m.model(stage) for m in options.voices for stage in (*STAGES, CHUNK_MODEL)}
+    for stale in repo.glob(f"*{VOICE_SEPARATOR}*"):
+        if stale.is_dir() and stale.name not in wanted:
+            shutil.rmtree(stale)
+    for (voice, voice_dir), models in zip(voices, options.voices, strict=True):
+        for stage, files in _stage_files(voice, voice_dir).items():
+            target = repo / models.model(stage) / "1"
+            if not models.default:  # the stage's model code, from the default's folder
+                _place(DEFAULT_REPOSITORY / stage / "1" / "model.py", target / "model.py")
+            for source, name in files:
+                _place(source, target / name)
+        write_warmup_data(repo, voice, models)
     model_configs.write(repo, options)
-    _place(voice_dir / ACOUSTIC_FILE, repo / "acoustic" / "1" / "model.onnx")
-    _place(voice_dir / VOCODER_FILE, repo / "vocoder" / "1" / "model.onnx")
-    for model in ("preprocess", "postprocess"):
-        _place(voice_dir / VOICE_FILE, repo / model / "1" / VOICE_FILE)
-    write_warmup_data(repo, voice)
-    log.info("model repository %s serves voice '%s'", repo, voice.name)
+    log.info("model repository %s serves %s", repo, ", ".join(f"'{v.name}'" for v, _ in voices))
     return repo
 
 

@@ -35,15 +35,23 @@ def scalar(request: Any, name: str) -> float | None:
     return float(values[0])
 
 
+def requested_voice(request: Any) -> str:
+    """The request's VOICE, or "" (the default voice) when it is left out."""
+    names = pb_utils.get_input_tensor_by_name(request, "VOICE")
+    if names is None:
+        return ""
+    values = names.as_numpy().reshape(-1)
+    if values.size != 1:
+        raise InvalidRequest(f"VOICE must hold one string, got {values.size}")
+    name = values[0]
+    return name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
+
+
 def read_options(request: Any, voice_name: str, num_speakers: int) -> RequestOptions:
     """Check VOICE, SPEED, SPEAKER_ID, NOISE_SCALE and NOISE_W of one request."""
-    names = pb_utils.get_input_tensor_by_name(request, "VOICE")
-    if names is not None:
-        values = names.as_numpy().reshape(-1)
-        name = values[0] if values.size == 1 else b""
-        name = name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
-        if name not in ("", voice_name):
-            raise InvalidRequest(f"unknown VOICE '{name}': this server serves '{voice_name}'")
+    name = requested_voice(request)
+    if name not in ("", voice_name):
+        raise InvalidRequest(f"unknown VOICE '{name}': this model serves '{voice_name}'")
     speed = scalar(request, "SPEED")
     speaker = scalar(request, "SPEAKER_ID")
     noise_scale = scalar(request, "NOISE_SCALE")

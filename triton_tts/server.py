@@ -17,7 +17,7 @@ import subprocess
 import sys
 import sysconfig
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -175,12 +175,13 @@ class TritonServer:
 
 @contextmanager
 def default_voice_server(
-    repo: Path | None = None, log_file: Path | None = None, voice_dir: Path | None = None
+    repo: Path | None = None, log_file: Path | None = None, voice_dir: Path | Sequence[Path] | None = None
 ) -> Iterator[TritonServer]:
     """A voice (default: the bundled one, exported if needed) served on free ports until exit.
 
-    Another voice is built into a temporary repository, so the committed configs (rendered
-    for the default voice) stay as they are.
+    Other voices (one folder, or several: the first is the default) are built into a
+    temporary repository, so the committed configs (rendered for the default voice) stay
+    as they are.
     """
     import tempfile
 

@@ -91,27 +91,38 @@ class _Runner:
     def run_options(self, padded_size: int) -> ort.RunOptions | None:
         return self._shrink if padded_size > self.SHRINK_ABOVE else None
 
+    @property
+    def takes_speaker(self) -> bool:
+        return any(i.name == "SPEAKER_ID" for i in self.session.get_inputs())
+
+    def add_speakers(
+        self, feeds: dict[str, Any], group: Sequence[int], speakers: Sequence[int] | None
+    ) -> None:
+        """SPEAKER_ID for models that take it (multi-speaker voices); 0 when not given."""
+        if self.takes_speaker:
+            chosen = [speakers[i] if speakers is not None else 0 for i in group]
+            feeds["SPEAKER_ID"] = np.array(chosen, dtype=np.int64)
+
 
 class AcousticRunner(_Runner):
     PADDED_PARAMETER, PADDED_DEFAULT = "max_padded_phonemes", 8192
 
     def run(
-        self, ids: Sequence[IntArray], scales: Sequence[FloatArray]
+        self, ids: Sequence[IntArray], scales: Sequence[FloatArray], speakers: Sequence[int] | None = None
     ) -> list[tuple[FloatArray, int] | RunFailed]:
-        """ids: unpadded id rows; scales: [3] rows -> (LATENT [C, frames], frames) each."""
+        """ids: unpadded id rows; scales: [3] rows; speakers: ids (multi-speaker voices)
+        -> (LATENT [C, frames], frames) each."""
         results: list[Any] = [None] * len(ids)
         for group in plan_sub_batches([len(x) for x in ids], self.max_padded, self.max_items):
             padded = pad_stack([ids[i] for i in group])
+            feeds = {
+                "PHONEME_IDS": padded,
+                "PHONEME_LENGTH": np.array([len(ids[i]) for i in group], dtype=np.int64),
+                "SCALES": np.stack([scales[i] for i in group]).astype(np.float32),
+            }
+            self.add_speakers(feeds, group, speakers)
             try:
-                latent, frames = self.session.run(
-                    ["LATENT", "FRAME_COUNT"],
-                    {
-                        "PHONEME_IDS": padded,
-                        "PHONEME_LENGTH": np.array([len(ids[i]) for i in group], dtype=np.int64),
-                        "SCALES": np.stack([scales[i] for i in group]).astype(np.float32),
-                    },
-                    self.run_options(padded.size),
-                )
+                latent, frames = self.session.run(["LATENT", "FRAME_COUNT"], feeds, self.run_options(padded.size))
             except Exception as err:  # one failing run must not take the others down
                 for i in group:
                     results[i] = RunFailed(f"acoustic model failed: {err}")
@@ -125,14 +136,18 @@ class AcousticRunner(_Runner):
 class VocoderRunner(_Runner):
     PADDED_PARAMETER, PADDED_DEFAULT = "max_padded_frames", 4000
 
-    def run(self, latents: Sequence[FloatArray]) -> list[FloatArray | RunFailed]:
+    def run(
+        self, latents: Sequence[FloatArray], speakers: Sequence[int] | None = None
+    ) -> list[FloatArray | RunFailed]:
         """latents: [C, frames] each -> waveform [frames * hop] each."""
         results: list[Any] = [None] * len(latents)
         for group in plan_sub_batches([x.shape[-1] for x in latents], self.max_padded, self.max_items):
             padded = pad_stack([latents[i] for i in group])
+            feeds = {"LATENT": padded}
+            self.add_speakers(feeds, group, speakers)
             try:
                 frames = padded.shape[0] * padded.shape[-1]
-                waveform = self.session.run(["WAVEFORM"], {"LATENT": padded}, self.run_options(frames))[0]
+                waveform = self.session.run(["WAVEFORM"], feeds, self.run_options(frames))[0]
             except Exception as err:
                 for i in group:
                     results[i] = RunFailed(f"vocoder failed: {err}")

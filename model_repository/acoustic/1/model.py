@@ -14,7 +14,9 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from triton_tts.tacotron import Tacotron2Runner
 from triton_tts.stages import AcousticRunner, RunFailed, StageSettings
+from triton_tts.voice import Voice
 
 
 def _input(request: Any, name: str) -> Any:
@@ -23,17 +25,34 @@ def _input(request: Any, name: str) -> Any:
 
 class TritonPythonModel:
     def initialize(self, args: dict[str, str]) -> None:
-        self.runner = AcousticRunner.from_settings(StageSettings.from_triton_args(args))
-        pb_utils.Logger.log_info(f"acoustic: onnxruntime CPU, {self.runner.threads} intra-op thread(s)")
+        settings = StageSettings.from_triton_args(args)
+        voice = Voice.load(settings.onnx_path.parent)
+        self.runner: AcousticRunner | Tacotron2Runner
+        if voice.acoustic_kind == "tacotron2":  # autoregressive: the decoder loop runs here
+            self.runner = Tacotron2Runner(
+                settings.onnx_path.parent, settings.threads, voice.max_decoder_steps, voice.mel_edge_frames
+            )
+        else:
+            self.runner = AcousticRunner.from_settings(settings)
+        pb_utils.Logger.log_info(
+            f"acoustic: '{voice.name}' ({voice.family}), onnxruntime CPU, {settings.threads} intra-op thread(s)"
+        )
 
     def execute(self, requests: list[Any]) -> list[Any]:
-        ids, scales = [], []
+        ids, scales, speakers = [], [], []
         for request in requests:  # each request holds one item (batch axis of 1)
             length = int(_input(request, "PHONEME_LENGTH").reshape(-1)[0])
             ids.append(_input(request, "PHONEME_IDS").reshape(-1)[:length])
             scales.append(_input(request, "SCALES").reshape(3))
+            speaker = pb_utils.get_input_tensor_by_name(request, "SPEAKER_ID")
+            speakers.append(0 if speaker is None else int(speaker.as_numpy().reshape(-1)[0]))
         responses = []
-        for result in self.runner.run(ids, scales):
+        results = (
+            self.runner.run(ids, scales)
+            if isinstance(self.runner, Tacotron2Runner)
+            else self.runner.run(ids, scales, speakers)
+        )
+        for result in results:
             if isinstance(result, RunFailed):
                 responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(result.message)))
                 continue

@@ -45,7 +45,7 @@ class TritonPythonModel:
             f"buckets {'on' if self.bucketed else 'off'}"
         )
 
-    def _read(self, request: Any) -> tuple[str, npt.NDArray[np.float32]]:
+    def _read(self, request: Any) -> tuple[str, npt.NDArray[np.float32], int]:
         raw = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy().reshape(-1)
         if raw.size != 1:
             raise InvalidRequest(f"TEXT must hold one string per request, got {raw.size}")
@@ -55,21 +55,24 @@ class TritonPythonModel:
         noise = v.noise_scale if options.noise_scale is None else options.noise_scale
         noise_w = v.noise_w if options.noise_w is None else options.noise_w
         length_scale = v.length_scale / (options.speed or 1.0)
-        return text, np.array([noise, length_scale, noise_w], dtype=np.float32)
+        speaker = options.speaker_id or 0
+        return text, np.array([noise, length_scale, noise_w], dtype=np.float32), speaker
 
     def execute(self, requests: list[Any]) -> list[Any]:
         responses: list[Any] = [None] * len(requests)
         texts: list[str] = []
-        accepted: list[tuple[int, npt.NDArray[np.float32]]] = []
+        accepted: list[tuple[int, npt.NDArray[np.float32], int]] = []
         for i, request in enumerate(requests):
             try:
-                text, scales = self._read(request)
+                text, scales, speaker = self._read(request)
             except InvalidRequest as err:
                 responses[i] = _error(str(err))
                 continue
             texts.append(text)
-            accepted.append((i, scales))
-        for (i, scales), phonemes in zip(accepted, self.phonemizer.symbols(texts, self.voice.tokens), strict=True):
+            accepted.append((i, scales, speaker))
+        for (i, scales, speaker), phonemes in zip(
+            accepted, self.phonemizer.symbols(texts, self.voice.tokens), strict=True
+        ):
             ids = self.voice.phonemes_to_ids(phonemes)
             if len(ids) <= self.framing_only or not has_speech(phonemes):
                 responses[i] = _error(NOTHING_TO_SAY)
@@ -83,6 +86,7 @@ class TritonPythonModel:
                     pb_utils.Tensor("PHONEME_LENGTH", np.array([[len(ids)]], dtype=np.int64)),
                     pb_utils.Tensor("SCALES", scales[None, :]),
                     pb_utils.Tensor("SAMPLE_RATE", np.array([[self.voice.sample_rate]], np.int32)),
+                    pb_utils.Tensor("SPEAKER_ID", np.array([[speaker]], np.int64)),
                 ]
             )
         return responses

@@ -22,8 +22,9 @@ class TritonPythonModel:
     def execute(self, requests: list[Any]) -> list[Any]:
         # Each request holds one item: [1, channels, frames] -> [channels, frames].
         latents = [pb_utils.get_input_tensor_by_name(r, "LATENT").as_numpy()[0] for r in requests]
+        speakers = [_speaker(r) for r in requests]
         responses = []
-        for result in self.runner.run(latents):
+        for result in self.runner.run(latents, speakers):
             if isinstance(result, RunFailed):
                 responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(result.message)))
             else:
@@ -31,3 +32,9 @@ class TritonPythonModel:
                     pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("WAVEFORM", result[None])])
                 )
         return responses
+
+
+def _speaker(request: Any) -> int:
+    """SPEAKER_ID (speaker-conditioned vocoders only; others have no such input)."""
+    tensor = pb_utils.get_input_tensor_by_name(request, "SPEAKER_ID")
+    return 0 if tensor is None else int(tensor.as_numpy().reshape(-1)[0])

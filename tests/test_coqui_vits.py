@@ -1,0 +1,162 @@
+"""Coqui VITS -> voice folder, checked against Coqui's own PyTorch inference.
+
+The models are random-weight Coqui checkpoints built from Coqui's config classes
+(export_scripts/coqui_checkpoints.py), loaded back through Coqui's ``Synthesizer`` like a
+downloaded model. Weights are perturbed, so the flows are not the identity map they are
+at Coqui's initialisation.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import onnxruntime as ort
+import pytest
+
+from triton_tts.export import coqui
+from triton_tts.export.coqui_checkpoints import build_tts
+from triton_tts.text.normalize import normalize_english
+from triton_tts.text.phonemize import EspeakPhonemizer
+from triton_tts.voice import Voice
+
+TEXTS = [
+    "Hello world, this is a test.",
+    "Short.",
+    "A somewhat longer sentence, to check that padding in a batch changes nothing at all.",
+]
+PARITY_ATOL = 1e-4  # measured ~6e-8 (float rounding); Coqui's waveforms peak ~0.1-0.5
+BATCH_ATOL = 1e-5
+
+
+def _sessions(folder: Path) -> tuple[ort.InferenceSession, ort.InferenceSession]:
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    return tuple(  # type: ignore[return-value]
+        ort.InferenceSession(str(folder / name), opts, providers=["CPUExecutionProvider"])
+        for name in ("acoustic.onnx", "vocoder.onnx")
+    )
+
+
+def synthesize(
+    folder: Path,
+    ids: list[list[int]],
+    scales: tuple[float, float, float] = (0.0, 1.0, 0.0),
+    speakers: list[int] | None = None,
+) -> list[npt.NDArray[np.float32]]:
+    """A padded batch through the exported acoustic + vocoder, trimmed per item."""
+    acoustic, vocoder = _sessions(folder)
+    padded = np.zeros((len(ids), max(map(len, ids))), np.int64)
+    for row, item in enumerate(ids):
+        padded[row, : len(item)] = item
+    feeds: dict[str, Any] = {
+        "PHONEME_IDS": padded,
+        "PHONEME_LENGTH": np.array([len(i) for i in ids], np.int64),
+        "SCALES": np.array([scales] * len(ids), np.float32),
+    }
+    speaker_ids = np.array(speakers or [0] * len(ids), np.int64)
+    if "SPEAKER_ID" in {i.name for i in acoustic.get_inputs()}:
+        feeds["SPEAKER_ID"] = speaker_ids
+    latent, frames = acoustic.run(None, feeds)
+    vocoder_feeds: dict[str, Any] = {"LATENT": latent}
+    if "SPEAKER_ID" in {i.name for i in vocoder.get_inputs()}:
+        vocoder_feeds["SPEAKER_ID"] = speaker_ids
+    waveform = vocoder.run(None, vocoder_feeds)[0]
+    hop = waveform.shape[-1] // latent.shape[-1]
+    return [waveform[row, : int(frames[row]) * hop] for row in range(len(ids))]
+
+
+@pytest.fixture(scope="module")
+def vits(tmp_path_factory: pytest.TempPathFactory) -> tuple[coqui.Loaded, Path]:
+    saved = build_tts("vits", tmp_path_factory.mktemp("vits-checkpoint"))
+    loaded = coqui.load(checkpoint=saved.checkpoint, config=saved.config)
+    out = tmp_path_factory.mktemp("voices") / "coqui-vits"
+    coqui.export_coqui(loaded, out)
+    return loaded, out
+
+
+@pytest.fixture(scope="module")
+def vits_speakers(tmp_path_factory: pytest.TempPathFactory) -> tuple[coqui.Loaded, Path]:
+    saved = build_tts("vits", tmp_path_factory.mktemp("vctk-checkpoint"), speakers=3)
+    loaded = coqui.load(checkpoint=saved.checkpoint, config=saved.config)
+    out = tmp_path_factory.mktemp("voices") / "coqui-vctk"
+    coqui.export_coqui(loaded, out)
+    return loaded, out
+
+
+def test_voice_folder_describes_the_coqui_model(vits: tuple[coqui.Loaded, Path]) -> None:
+    loaded, folder = vits
+    voice = Voice.load(folder)
+    characters = loaded.tts.tokenizer.characters
+    assert voice.family == "vits" and voice.tokens == "phonemes"
+    assert voice.intersperse == [characters.blank_id]  # Coqui VITS: add_blank
+    assert voice.latent_channels == loaded.tts.args.hidden_channels
+    assert voice.sample_rate == loaded.tts.ap.sample_rate and voice.hop_length == 256
+    assert voice.symbols["a"] == [characters.vocab.index("a")]
+    assert voice.source.startswith("coqui:")
+
+
+def test_tokens_equal_coquis_tokenizer(vits: tuple[coqui.Loaded, Path]) -> None:
+    """The server's path (normaliser, espeak-ng, the voice's framing) gives Coqui's ids.
+    Texts without numbers or abbreviations: there the normalisers agree by design."""
+    loaded, folder = vits
+    voice = Voice.load(folder)
+    phonemizer = EspeakPhonemizer(voice.phonemizer_language)
+    texts = [*TEXTS, "Where are you going? I'm going home!"]
+    ours = [voice.phonemes_to_ids(p) for p in phonemizer.symbols([normalize_english(t) for t in texts])]
+    assert ours == [coqui.coqui_ids(loaded, t) for t in texts]
+
+
+def test_equals_coqui_inference_at_batch_one(vits: tuple[coqui.Loaded, Path]) -> None:
+    loaded, folder = vits
+    for text in TEXTS:
+        ids = coqui.coqui_ids(loaded, text)
+        reference = coqui.coqui_waveform(loaded, ids)
+        (ours,) = synthesize(folder, [ids])
+        assert ours.shape == reference.shape
+        assert np.abs(reference).max() > 0.01  # real audio, not silence
+        np.testing.assert_allclose(ours, reference, atol=PARITY_ATOL)
+
+
+def test_padded_batch_equals_batch_one(vits: tuple[coqui.Loaded, Path]) -> None:
+    loaded, folder = vits
+    ids = [coqui.coqui_ids(loaded, t) for t in TEXTS]
+    batched = synthesize(folder, ids)
+    for item, audio in zip(ids, batched, strict=True):
+        (alone,) = synthesize(folder, [item])
+        assert audio.shape == alone.shape
+        np.testing.assert_allclose(audio, alone, atol=BATCH_ATOL)
+
+
+def test_length_scale_per_item_matches_coqui(vits: tuple[coqui.Loaded, Path]) -> None:
+    loaded, folder = vits
+    ids = coqui.coqui_ids(loaded, TEXTS[0])
+    (normal,) = synthesize(folder, [ids])
+    (slow,) = synthesize(folder, [ids], scales=(0.0, 1.5, 0.0))
+    assert 1.35 < len(slow) / len(normal) < 1.65
+    np.testing.assert_allclose(slow, coqui.coqui_waveform(loaded, ids, length_scale=1.5), atol=PARITY_ATOL)
+
+
+def test_noise_is_per_request_and_off_is_deterministic(vits: tuple[coqui.Loaded, Path]) -> None:
+    loaded, folder = vits
+    ids = coqui.coqui_ids(loaded, TEXTS[0])
+    first, second = synthesize(folder, [ids, ids], scales=(0.667, 1.0, 0.8))
+    assert first.shape != second.shape or not np.allclose(first, second)  # sampled per item
+    quiet_a, quiet_b = synthesize(folder, [ids, ids])
+    np.testing.assert_array_equal(quiet_a, quiet_b)
+
+
+def test_multi_speaker_vits(vits_speakers: tuple[coqui.Loaded, Path]) -> None:
+    """Per-item speaker ids, in the acoustic model and the speaker-conditioned decoder."""
+    loaded, folder = vits_speakers
+    voice = Voice.load(folder)
+    assert voice.num_speakers == 3 and voice.vocoder_uses_speaker
+    ids = coqui.coqui_ids(loaded, TEXTS[0])
+    batched = synthesize(folder, [ids, ids, ids], speakers=[0, 1, 2])
+    for speaker, audio in enumerate(batched):
+        reference = coqui.coqui_waveform(loaded, ids, speaker_id=speaker)
+        assert audio.shape == reference.shape
+        np.testing.assert_allclose(audio, reference, atol=PARITY_ATOL)
+    assert batched[0].shape != batched[1].shape or not np.allclose(batched[0], batched[1], atol=1e-3)

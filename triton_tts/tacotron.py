@@ -1,0 +1,148 @@
+"""Tacotron2's acoustic stage: encoder, the autoregressive decoder loop, postnet.
+
+The decoder emits r frames per step until its stop token fires, so its length is only
+known by running it; the loop therefore runs here, in Python, around three ONNX files
+(written by ``export_scripts/coqui_tacotron2.py``; their tensors are described there).
+
+Batching: the decoder step is matrix-vector work on ~20M weights at batch 1, so stepping
+the whole batch together reads the weights once per step for every item. An item whose
+stop token fired leaves the batch (its rows are dropped from every state), and the encoder
+tensors are cut to the longest remaining item, so finished items cost nothing; cutting is
+exact because padded positions carry zero attention and are masked.
+
+Coqui's loop (``Decoder.inference``) keeps the step that fired the stop token, and does not
+check the stop token at the first step (its check is ``t > batch // 2`` with batch 1); the
+loop here does the same, so frame counts match Coqui's. An item that reaches
+``max_decoder_steps`` without stopping keeps what it has (a warning, not an error), like
+Coqui's guard.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from triton_tts.batching import pad_stack
+from triton_tts.onnx_session import cpu_session
+from triton_tts.stages import FloatArray, IntArray, RunFailed
+
+log = logging.getLogger(__name__)
+
+ENCODER_FILE = "tacotron2_encoder.onnx"
+DECODER_STEP_FILE = "tacotron2_decoder_step.onnx"
+POSTNET_FILE = "tacotron2_postnet.onnx"
+FILES = (ENCODER_FILE, DECODER_STEP_FILE, POSTNET_FILE)
+# Decoder-step inputs fixed for a run (the encoder's outputs); every other step input
+# except MEMORY is a state, fed back from the step's "NEW_" + name output.
+STATIC_INPUTS = ("ENCODER_OUTPUTS", "PROCESSED_INPUTS", "MASK")
+
+
+class Tacotron2Runner:
+    """ids -> (postnet mel [n_mels, frames + 2 * edge_frames], that frame count) per item."""
+
+    def __init__(
+        self, folder: Path, threads: int, max_decoder_steps: int, edge_frames: int, stop_threshold: float = 0.5
+    ) -> None:
+        folder = Path(folder)
+        self.encoder = cpu_session(folder / ENCODER_FILE, threads)
+        self.step = cpu_session(folder / DECODER_STEP_FILE, threads)
+        self.postnet = cpu_session(folder / POSTNET_FILE, threads)
+        self.max_decoder_steps = max_decoder_steps
+        self.edge_frames = edge_frames
+        self.stop_threshold = stop_threshold
+        self.encoder_inputs = [i.name for i in self.encoder.get_inputs()]
+        self.uses_speaker = "SPEAKER_ID" in self.encoder_inputs
+        step_inputs = self.step.get_inputs()
+        self.static = [i.name for i in step_inputs if i.name in STATIC_INPUTS]
+        # state name -> width (None: one value per encoder position)
+        self.states: dict[str, int | None] = {
+            i.name: (i.shape[1] if isinstance(i.shape[1], int) else None)
+            for i in step_inputs
+            if i.name not in STATIC_INPUTS and i.name != "MEMORY"
+        }
+        self.n_mels = int(step_inputs[[i.name for i in step_inputs].index("MEMORY")].shape[1])
+        self.step_outputs = ["FRAMES", "STOP", *("NEW_" + name for name in self.states)]
+
+    def run(
+        self,
+        ids: Sequence[IntArray],
+        scales: Sequence[FloatArray],
+        speaker_ids: Sequence[int] | None = None,
+    ) -> list[tuple[FloatArray, int] | RunFailed]:
+        """ids: unpadded id rows. scales: accepted for the acoustic interface and ignored
+        (Tacotron2 has no noise, and its length comes from the stop token)."""
+        del scales
+        results: list[Any] = [None] * len(ids)
+        group = [i for i, row in enumerate(ids) if len(row) > 0]
+        for i in set(range(len(ids))) - set(group):
+            results[i] = RunFailed("tacotron2: empty phoneme sequence")
+        if not group:
+            return results
+        try:
+            mels = self._mels([ids[i] for i in group], None if speaker_ids is None else [speaker_ids[i] for i in group])
+        except Exception as err:  # one failing run must not take the others down
+            for i in group:
+                results[i] = RunFailed(f"tacotron2 acoustic model failed: {err}")
+            return results
+        for i, mel in zip(group, mels, strict=True):
+            if self.edge_frames:
+                mel = np.pad(mel, ((0, 0), (self.edge_frames, self.edge_frames)), mode="edge")
+            results[i] = (np.ascontiguousarray(mel, dtype=np.float32), int(mel.shape[-1]))
+        return results
+
+    def _mels(self, ids: Sequence[IntArray], speaker_ids: Sequence[int] | None) -> list[FloatArray]:
+        lengths = np.array([len(row) for row in ids], dtype=np.int64)
+        feeds: dict[str, Any] = {"PHONEME_IDS": pad_stack([np.asarray(r, dtype=np.int64) for r in ids]),
+                                 "PHONEME_LENGTH": lengths}
+        if self.uses_speaker:
+            feeds["SPEAKER_ID"] = np.array(speaker_ids or [0] * len(ids), dtype=np.int64)
+        static = dict(zip(STATIC_INPUTS, self.encoder.run(list(STATIC_INPUTS), feeds), strict=True))
+        frames = self._decode(static, lengths)
+        counts = np.array([f.shape[-1] for f in frames], dtype=np.int64)
+        post = self.postnet.run(["POSTNET_MEL"], {"MEL": pad_stack(frames), "FRAME_COUNT": counts})[0]
+        return [post[row, :, : counts[row]] for row in range(len(frames))]
+
+    def _decode(self, static: dict[str, Any], lengths: IntArray) -> list[FloatArray]:
+        """The decoder loop over the batch; each item's frames as [n_mels, steps * r]."""
+        batch = len(lengths)
+        tokens = int(lengths.max())
+        states = {
+            name: np.zeros((batch, tokens if width is None else width), dtype=np.float32)
+            for name, width in self.states.items()
+        }
+        memory = np.zeros((batch, self.n_mels), dtype=np.float32)
+        active = np.arange(batch)  # original row of each row still decoding
+        outputs: list[list[FloatArray]] = [[] for _ in range(batch)]
+        for step in range(self.max_decoder_steps):
+            feeds = {"MEMORY": memory, **states, **{name: static[name] for name in self.static}}
+            frames, stop, *new_states = self.step.run(self.step_outputs, feeds)
+            for row, item in enumerate(active):
+                outputs[item].append(frames[row])
+            states = dict(zip(self.states, new_states, strict=True))
+            memory = np.ascontiguousarray(frames[:, -1, :])
+            # Coqui's batch-1 loop ignores the stop token at the first step
+            keep = stop <= self.stop_threshold if step > 0 else np.ones(len(active), dtype=bool)
+            if keep.all():
+                continue
+            active = active[keep]
+            if len(active) == 0:
+                break
+            # drop finished rows; cut the token axis to the longest remaining item (exact:
+            # padded positions are masked and carry zero attention)
+            tokens = int(lengths[active].max())
+            memory = memory[keep]
+            states = {
+                name: value[keep] if self.states[name] is not None else value[keep, :tokens]
+                for name, value in states.items()
+            }
+            static = {name: value[keep, :tokens] for name, value in static.items()}
+        if len(active):
+            log.warning(
+                "tacotron2: %d item(s) reached max_decoder_steps=%d without a stop token; their mel is cut there",
+                len(active), self.max_decoder_steps,
+            )
+        return [np.concatenate(item, axis=0).T for item in outputs]
