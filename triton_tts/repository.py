@@ -172,6 +172,7 @@ def build_repository(
             for source, name in files:
                 _place(source, target / name)
         write_warmup_data(repo, voice, models)
+        (repo / models.model(CHUNK_MODEL) / "1").mkdir(parents=True, exist_ok=True)  # ensembles need one
     model_configs.write(repo, options)
     log.info("model repository %s serves %s", repo, ", ".join(f"'{v.name}'" for v, _ in voices))
     return repo
