@@ -232,6 +232,7 @@ class PaddingSafe(nn.Module):
         self.generator = generator
         self._valid: torch.Tensor | None = None
         self._frames: torch.Tensor | int = 0
+        self._masks: dict[int, torch.Tensor] = {}
         for module in generator.modules():
             if isinstance(module, nn.Conv1d | nn.ConvTranspose1d):
                 module.register_forward_pre_hook(self._mask_input)
@@ -242,17 +243,20 @@ class PaddingSafe(nn.Module):
         x = inputs[0]
         if self._valid is None or x.shape[-1] < self._frames:  # e.g. a [B, C, 1] conditioning
             return None
-        factor = torch.div(x.shape[-1], self._frames, rounding_mode="floor")
-        steps = torch.arange(x.shape[-1], device=x.device).unsqueeze(0)
-        mask = (steps < (self._valid * factor).unsqueeze(1)).unsqueeze(1).to(x.dtype)
-        return (x * mask, *inputs[1:])
+        # One mask per resolution, shared by every conv at it (the trace records it once).
+        key = int(x.shape[-1])
+        if key not in self._masks:
+            factor = torch.div(x.shape[-1], self._frames, rounding_mode="floor")
+            steps = torch.arange(x.shape[-1], device=x.device).unsqueeze(0)
+            self._masks[key] = (steps < (self._valid * factor).unsqueeze(1)).unsqueeze(1).to(x.dtype)
+        return (x * self._masks[key], *inputs[1:])
 
     def run(self, latent: torch.Tensor, call: Callable[[], torch.Tensor]) -> torch.Tensor:
-        self._valid, self._frames = valid_frames(latent), latent.shape[-1]
+        self._valid, self._frames, self._masks = valid_frames(latent), latent.shape[-1], {}
         try:
             return call()
         finally:
-            self._valid = None
+            self._valid, self._masks = None, {}
 
 
 class VitsVocoder(nn.Module):

@@ -1,0 +1,193 @@
+"""Per-stage speed and size of exported Coqui models: eager PyTorch vs onnxruntime, by precision.
+
+For each family, a random-weight Coqui model at Coqui's default layer sizes
+(``coqui_checkpoints --size full``; speed does not depend on the weights' values) is
+exported at FP32, FP16 and INT8, and each stage is timed on the same phoneme ids:
+
+- eager PyTorch: Coqui's own modules (the wrapper the export traces for the acoustic
+  stage; the vocoder's generator), ``torch.set_num_threads(threads)``;
+- onnxruntime: the runners the Triton models use (``triton_tts.stages``,
+  ``triton_tts.tacotron``), CPU, the same thread count.
+
+Speed is x real time (seconds of audio per second of compute; higher is better), the best
+of ``--rounds`` over a few sentences of different lengths. FP16 is for GPUs: on a CPU
+onnxruntime runs most of it through casts, which the table shows.
+
+    python benchmarks/coqui_stages.py                        # every family
+    python benchmarks/coqui_stages.py --family vits --size tiny --rounds 1   # smoke run
+
+Writes results/coqui_stages.json and prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import platform
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from triton_tts.export import coqui
+from triton_tts.export.coqui_checkpoints import build_tts, build_vocoder
+from triton_tts.onnx_session import available_cores
+from triton_tts.sample_texts import SENTENCES
+from triton_tts.stages import AcousticRunner, RunFailed, VocoderRunner
+from triton_tts.voice import ACOUSTIC_FILE, VOCODER_FILE, Voice
+
+FAMILIES = {  # family -> vocoder (None: VITS has its own decoder)
+    "vits": None,
+    "fast_pitch": "hifigan",
+    "glow_tts": "hifigan",
+    "tacotron2": "hifigan",
+}
+PRECISIONS = ("fp32", "fp16", "int8")
+
+
+def best_of(rounds: int, call: Callable[[], Any]) -> float:
+    call()  # warm-up: first-run allocations and kernel choices are not the steady state
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def acoustic_runner(folder: Path, voice: Voice, threads: int) -> Any:
+    if voice.acoustic_kind == "tacotron2":
+        from triton_tts.tacotron import Tacotron2Runner
+
+        return Tacotron2Runner(folder, threads, voice.max_decoder_steps, voice.mel_edge_frames)
+    return AcousticRunner(folder / ACOUSTIC_FILE, threads, 1, 1 << 20)
+
+
+def size_mb(folder: Path, stage: str) -> float:
+    files = [folder / VOCODER_FILE] if stage == "vocoder" else [
+        f for f in folder.glob("*.onnx") if f.name != VOCODER_FILE
+    ]
+    return sum(f.stat().st_size for f in files) / 1e6
+
+
+def measure_family(family: str, size: str, rounds: int, threads: int, work: Path) -> list[dict[str, Any]]:
+    checkpoint = build_tts(family, work / f"{family}-checkpoint", size=size)
+    vocoder_family = FAMILIES[family]
+    vocoder = build_vocoder(vocoder_family, work / f"{family}-vocoder", size=size) if vocoder_family else None
+    loaded = coqui.load(
+        checkpoint=checkpoint.checkpoint,
+        config=checkpoint.config,
+        vocoder_checkpoint=vocoder.checkpoint if vocoder else None,
+        vocoder_config=vocoder.config if vocoder else None,
+    )
+    ids = [np.array(coqui.coqui_ids(loaded, text), np.int64) for text in SENTENCES[:4]]
+    scales = [np.array([0.0, 1.0, 0.0], np.float32)] * len(ids)
+    rows: list[dict[str, Any]] = []
+    latents: list[Any] = []
+    audio_s = 0.0
+    for precision in PRECISIONS:
+        folder = work / f"{family}-{precision}"
+        voice = coqui.export_coqui(loaded, folder, precision=precision)
+        acoustic = acoustic_runner(folder, voice, threads)
+        results = acoustic.run(ids, scales)
+        if any(isinstance(r, RunFailed) for r in results):
+            rows.append({"family": family, "precision": precision, "error": str(results[0])})
+            continue
+        latents = [r[0] for r in results]
+        audio_s = sum(r[1] for r in results) * voice.hop_length / voice.sample_rate
+        acoustic_s = best_of(rounds, lambda acoustic=acoustic: acoustic.run(ids, scales))
+        vocoder_runner = VocoderRunner(folder / VOCODER_FILE, threads, 1, 1 << 20)
+        vocoder_s = best_of(rounds, lambda runner=vocoder_runner: runner.run(latents))
+        rows.append(
+            {
+                "family": family,
+                "precision": precision,
+                "runtime": "onnxruntime",
+                "acoustic_x_real_time": audio_s / acoustic_s,
+                "vocoder_x_real_time": audio_s / vocoder_s,
+                "acoustic_mb": size_mb(folder, "acoustic"),
+                "vocoder_mb": size_mb(folder, "vocoder"),
+            }
+        )
+    rows.insert(0, eager_row(family, loaded, ids, latents, audio_s, rounds, threads))
+    return rows
+
+
+def eager_row(
+    family: str, loaded: coqui.Loaded, ids: list[Any], latents: list[Any], audio_s: float, rounds: int,
+    threads: int,
+) -> dict[str, Any]:
+    """Coqui's own modules in eager PyTorch, one item at a time (as Coqui's server runs)."""
+    torch.set_num_threads(threads)
+    tts = loaded.tts
+
+    def acoustic() -> None:
+        with torch.no_grad():
+            for item in ids:
+                x = torch.tensor(item[None])
+                if family == "vits":  # everything up to the latent (the decoder is the vocoder)
+                    stages = coqui.VitsAcoustic(tts)
+                    stages(x, torch.tensor([x.shape[1]]), torch.tensor([[0.0, 1.0, 0.0]]), torch.tensor([0]))
+                else:
+                    tts.inference(x, aux_input={"x_lengths": torch.tensor([x.shape[1]])})
+
+    generator = tts.waveform_decoder if family == "vits" else loaded.vocoder.model_g
+
+    def vocoder() -> None:
+        with torch.no_grad():
+            for latent in latents:
+                generator(torch.from_numpy(latent[None]))
+
+    return {
+        "family": family,
+        "precision": "fp32",
+        "runtime": "eager PyTorch",
+        "acoustic_x_real_time": audio_s / best_of(rounds, acoustic),
+        "vocoder_x_real_time": audio_s / best_of(rounds, vocoder),
+        "parameters_m": sum(p.numel() for p in tts.parameters()) / 1e6,
+    }
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| family | runtime | precision | acoustic x real time | vocoder x real time | acoustic MB | vocoder MB |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['family']} | onnxruntime | {r['precision']} | failed: {r['error']} | | | |")
+            continue
+        sizes = (f"{r['acoustic_mb']:.1f}", f"{r['vocoder_mb']:.1f}") if "acoustic_mb" in r else ("", "")
+        lines.append(
+            f"| {r['family']} | {r['runtime']} | {r['precision']} | {r['acoustic_x_real_time']:.1f} "
+            f"| {r['vocoder_x_real_time']:.1f} | {sizes[0]} | {sizes[1]} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--family", action="append", choices=list(FAMILIES), help="repeat; default: all")
+    parser.add_argument("--size", choices=("tiny", "full"), default="full")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=available_cores())
+    parser.add_argument("--out", type=Path, default=Path("results/coqui_stages.json"))
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="coqui-stages-") as scratch:
+        for family in args.family or list(FAMILIES):
+            rows.extend(measure_family(family, args.size, args.rounds, args.threads, Path(scratch)))
+    machine = f"{platform.machine()}, {available_cores()} cores, threads {args.threads}, size {args.size}"
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"machine": machine, "rows": rows}, indent=2), encoding="utf-8")
+    print(f"{machine}\n\n{markdown(rows)}")
+
+
+if __name__ == "__main__":
+    main()
