@@ -47,28 +47,55 @@ class Profile:
     shapes: dict[str, tuple[Shape, Shape, Shape]]
 
 
-def acoustic_profile(max_batch: int) -> Profile:
+def acoustic_profile(max_batch: int, speaker: bool = False) -> Profile:
     b = (1, min(OPT_BATCH, max_batch), max_batch)
-    return Profile(
-        {
-            "PHONEME_IDS": ((b[0], MIN_PHONEMES), (b[1], OPT_PHONEMES), (b[2], MAX_PHONEMES)),
-            "PHONEME_LENGTH": ((b[0],), (b[1],), (b[2],)),
-            "SCALES": ((b[0], 3), (b[1], 3), (b[2], 3)),
-        }
-    )
+    shapes: dict[str, tuple[Shape, Shape, Shape]] = {
+        "PHONEME_IDS": ((b[0], MIN_PHONEMES), (b[1], OPT_PHONEMES), (b[2], MAX_PHONEMES)),
+        "PHONEME_LENGTH": ((b[0],), (b[1],), (b[2],)),
+        "SCALES": ((b[0], 3), (b[1], 3), (b[2], 3)),
+    }
+    if speaker:  # multi-speaker voices
+        shapes["SPEAKER_ID"] = ((b[0],), (b[1],), (b[2],))
+    return Profile(shapes)
 
 
-def vocoder_profile(max_batch: int, channels: int) -> Profile:
+def vocoder_profile(max_batch: int, channels: int, speaker: bool = False) -> Profile:
     b = (1, min(OPT_BATCH, max_batch), max_batch)
-    return Profile(
-        {
-            "LATENT": (
-                (b[0], channels, MIN_FRAMES),
-                (b[1], channels, OPT_FRAMES),
-                (b[2], channels, MAX_FRAMES),
+    shapes: dict[str, tuple[Shape, Shape, Shape]] = {
+        "LATENT": (
+            (b[0], channels, MIN_FRAMES),
+            (b[1], channels, OPT_FRAMES),
+            (b[2], channels, MAX_FRAMES),
+        )
+    }
+    if speaker:  # speaker-conditioned decoders (multi-speaker VITS)
+        shapes["SPEAKER_ID"] = ((b[0],), (b[1],), (b[2],))
+    return Profile(shapes)
+
+
+def input_names(onnx_path: Path) -> set[str]:
+    graph = onnx.load(str(onnx_path), load_external_data=False).graph
+    return {i.name for i in graph.input} - {i.name for i in graph.initializer}
+
+
+def engines(repo: Path, max_batch: int) -> list[tuple[Path, str, Profile]]:
+    """(ONNX file, stage, profile) for every voice's native stages in the repository:
+    ``acoustic``/``vocoder`` and the ``__<voice>`` copies. A Tacotron2 acoustic stage
+    (a Python loop over three graphs) has no ``model.onnx`` and stays on onnxruntime."""
+    found = []
+    for stage in ("acoustic", "vocoder"):
+        for folder in sorted([repo / stage, *repo.glob(f"{stage}__*")]):
+            onnx_path = folder / "1" / "model.onnx"
+            if not onnx_path.exists():
+                continue
+            speaker = "SPEAKER_ID" in input_names(onnx_path)
+            profile = (
+                acoustic_profile(max_batch, speaker)
+                if stage == "acoustic"
+                else vocoder_profile(max_batch, latent_channels(onnx_path), speaker)
             )
-        }
-    )
+            found.append((onnx_path, stage, profile))
+    return found
 
 
 def latent_channels(vocoder_onnx: Path) -> int:
@@ -136,14 +163,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    stages = {
-        "acoustic": acoustic_profile(args.max_batch_size),
-        "vocoder": vocoder_profile(
-            args.max_batch_size, latent_channels(args.repo / "vocoder" / "1" / "model.onnx")
-        ),
-    }
-    for stage, profile in stages.items():
-        onnx_path = args.repo / stage / "1" / "model.onnx"
+    for onnx_path, stage, profile in engines(args.repo, args.max_batch_size):
         plan = onnx_path.with_name("model.plan")
         fp16 = stage in args.fp16
         command = trtexec_command(onnx_path, plan, profile, fp16)

@@ -47,3 +47,34 @@ def test_engines_build(tmp_path: Path, voice_dir: Path) -> None:  # pragma: no c
         fp16=True,
     )
     assert plan.stat().st_size > 0
+
+
+def test_every_voice_gets_engines_with_its_speaker_input(tmp_path: Path) -> None:
+    """Several voices: each native stage gets an engine; SPEAKER_ID is profiled where the
+    graph takes it."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    def graph_file(path: Path, inputs: list[tuple[str, int, list[object]]]) -> None:
+        values = [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs]
+        out = helper.make_tensor_value_info("OUT", TensorProto.FLOAT, None)
+        weight = helper.make_tensor("W", TensorProto.FLOAT, [1], np.ones(1, np.float32))
+        node = helper.make_node("Identity", [inputs[0][0]], ["OUT"])
+        path.parent.mkdir(parents=True)
+        onnx.save(helper.make_model(helper.make_graph([node], "g", values, [out], [weight])), str(path))
+
+    ids = [("PHONEME_IDS", TensorProto.INT64, ["b", "t"]), ("PHONEME_LENGTH", TensorProto.INT64, ["b"])]
+    graph_file(tmp_path / "acoustic/1/model.onnx", ids)
+    graph_file(tmp_path / "acoustic__vctk/1/model.onnx", [*ids, ("SPEAKER_ID", TensorProto.INT64, ["b"])])
+    graph_file(tmp_path / "vocoder/1/model.onnx", [("LATENT", TensorProto.FLOAT, ["b", 192, "f"])])
+    graph_file(
+        tmp_path / "vocoder__vctk/1/model.onnx",
+        [("LATENT", TensorProto.FLOAT, ["b", 80, "f"]), ("SPEAKER_ID", TensorProto.INT64, ["b"])],
+    )
+    (tmp_path / "acoustic__taco/1").mkdir(parents=True)  # Tacotron2: no model.onnx
+    found = {path.parent.parent.name: profile for path, _, profile in tensorrt.engines(tmp_path, 16)}
+    assert sorted(found) == ["acoustic", "acoustic__vctk", "vocoder", "vocoder__vctk"]
+    assert "SPEAKER_ID" not in found["acoustic"].shapes and "SPEAKER_ID" in found["acoustic__vctk"].shapes
+    assert found["vocoder__vctk"].shapes["LATENT"][2] == (16, 80, tensorrt.MAX_FRAMES)
+    assert found["vocoder__vctk"].shapes["SPEAKER_ID"][0] == (1,)
