@@ -407,7 +407,9 @@ def convert_precision(folder: Path, voice: Voice, precision: str) -> Voice:
         fp32 = Path(tmp) / "fp32"
         shutil.copytree(folder, fp32)
         export_int8_voice(fp32, folder)
-    return Voice.load(folder)
+    voice = replace(Voice.load(folder), name=voice.name)  # the name the user chose
+    voice.save(folder)
+    return voice
 
 
 # --- Coqui's own inference, the reference the exports are checked against --------------

@@ -116,14 +116,28 @@ def _glow_tts(size: str) -> tuple[Any, Any]:
     return config, model
 
 
-def _tacotron2(size: str) -> tuple[Any, Any]:
+def _tacotron2(size: str, speakers: int = 1) -> tuple[Any, Any]:
+    """Tacotron2-DDC (the layout of Coqui's released ``tacotron2-DDC`` models: a coarse
+    decoder at ``ddc_r`` for training, the main one at ``r``).
+
+    Coqui hard-codes Tacotron2's layer sizes (512-wide embedding, encoder and postnet,
+    1024-wide decoder LSTMs), so ``tiny`` cannot shrink the network; it only lowers the
+    decoder's step guard, which bounds the cost of a random model that never stops.
+    Prenet dropout stays off at inference (Coqui's default), so inference is deterministic.
+    ``speakers`` > 1: a speaker-embedding table (names in the config, as Coqui reads them).
+    """
     from TTS.tts.configs.tacotron2_config import Tacotron2Config
     from TTS.tts.models.tacotron2 import Tacotron2
 
     config = Tacotron2Config(double_decoder_consistency=True, ddc_r=6, r=2)
+    config.prenet_dropout_at_inference = False
     _phonemes(config)
     config.max_decoder_steps = 300 if size == "tiny" else 1000
-    model = Tacotron2.init_from_config(config)
+    if speakers > 1:
+        config.use_speaker_embedding = True
+        config.speakers = [f"speaker_{i}" for i in range(speakers)]
+        config.speaker_embedding_dim = 64 if size == "tiny" else 512
+    model = Tacotron2(config)
     return config, model
 
 
@@ -137,7 +151,7 @@ def build_tts(family: str, folder: Path, size: str = "tiny", seed: int = 0, spea
     elif family == "glow_tts":
         config, model = _glow_tts(size)
     elif family == "tacotron2":
-        config, model = _tacotron2(size)
+        config, model = _tacotron2(size, speakers)
     else:
         raise ValueError(f"unknown family {family!r}; one of {', '.join(TTS_FAMILIES)}")
     _perturb(model)
@@ -153,8 +167,11 @@ def _realistic_durations(family: str, model: Any) -> None:
     rounding would never be exercised. A bias of log(1 + 5) on its last projection (the
     predictor's target is log(1 + frames)) keeps the perturbed weights' spread around it.
     """
-    predictor = {"fast_pitch": "duration_predictor", "fastspeech2": "duration_predictor",
-                 "glow_tts": "encoder.duration_predictor"}.get(family)
+    predictor = {
+        "fast_pitch": "duration_predictor",
+        "fastspeech2": "duration_predictor",
+        "glow_tts": "encoder.duration_predictor",
+    }.get(family)
     if predictor is None:
         return
     proj = model.get_submodule(predictor).proj

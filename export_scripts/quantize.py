@@ -26,6 +26,7 @@ import shutil
 import tempfile
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -40,6 +41,7 @@ from onnxruntime.quantization import (
 )
 from onnxruntime.quantization.shape_inference import quant_pre_process
 
+from triton_tts.stages import AcousticRunner, RunFailed
 from triton_tts.text.normalize import normalize_english
 from triton_tts.text.phonemize import EspeakPhonemizer
 from triton_tts.voice import ACOUSTIC_FILE, VOCODER_FILE, Voice
@@ -79,32 +81,48 @@ class QualityReport:
 
 
 def latents(voice_dir: Path, texts: list[str]) -> list[npt.NDArray[np.float32]]:
-    """The acoustic model's latents for ``texts`` (noise off), as the vocoder receives them."""
+    """The acoustic stage's latents (or mels) for ``texts`` (noise off, speaker 0), as the
+    vocoder receives them: through the same runner the Triton acoustic model uses."""
     voice = Voice.load(voice_dir)
     phonemizer = EspeakPhonemizer(voice.phonemizer_language)
-    session = ort.InferenceSession(str(voice_dir / ACOUSTIC_FILE), providers=["CPUExecutionProvider"])
+    runner: Any
+    if voice.acoustic_kind == "tacotron2":
+        from triton_tts.tacotron import Tacotron2Runner
+
+        runner = Tacotron2Runner(voice_dir, 2, voice.max_decoder_steps, voice.mel_edge_frames)
+    else:
+        runner = AcousticRunner(voice_dir / ACOUSTIC_FILE, 2, 1, 1 << 20)
+    symbols = phonemizer.symbols([normalize_english(t) for t in texts], voice.tokens)
+    ids = [np.array(voice.phonemes_to_ids(s), dtype=np.int64) for s in symbols]
+    scales = [np.array([0.0, voice.length_scale, 0.0], dtype=np.float32)] * len(ids)
     result = []
-    for phonemes in phonemizer.phonemize([normalize_english(t) for t in texts]):
-        ids = voice.phonemes_to_ids(phonemes)
-        latent, frames = session.run(
-            ["LATENT", "FRAME_COUNT"],
-            {
-                "PHONEME_IDS": np.array([ids], dtype=np.int64),
-                "PHONEME_LENGTH": np.array([len(ids)], dtype=np.int64),
-                "SCALES": np.array([[0.0, voice.length_scale, 0.0]], dtype=np.float32),
-            },
-        )
-        result.append(np.ascontiguousarray(latent[:, :, : int(frames[0])]))
+    for item in runner.run(ids, scales):
+        if isinstance(item, RunFailed):
+            raise RuntimeError(item.message)
+        result.append(np.ascontiguousarray(item[0][None]))
     return result
 
 
+def vocoder_feeds(session: ort.InferenceSession, latent: npt.NDArray[np.float32]) -> dict[str, Any]:
+    """LATENT, plus speaker 0 for speaker-conditioned vocoders."""
+    feeds: dict[str, Any] = {"LATENT": latent}
+    if any(i.name == "SPEAKER_ID" for i in session.get_inputs()):
+        feeds["SPEAKER_ID"] = np.zeros(latent.shape[0], dtype=np.int64)
+    return feeds
+
+
 class _Latents(CalibrationDataReader):  # type: ignore[misc]
-    def __init__(self, items: list[npt.NDArray[np.float32]]) -> None:
+    def __init__(self, items: list[npt.NDArray[np.float32]], speaker: bool) -> None:
         self._items = iter(items)
+        self._speaker = speaker
 
     def get_next(self) -> dict[str, npt.NDArray[np.float32]] | None:
         item = next(self._items, None)
-        return None if item is None else {"LATENT": item}
+        if item is None:
+            return None
+        if self._speaker:
+            return {"LATENT": item, "SPEAKER_ID": np.zeros(item.shape[0], dtype=np.int64)}  # type: ignore[dict-item]
+        return {"LATENT": item}
 
 
 QUANTIZED_OPS = ["Conv", "ConvTranspose"]
@@ -114,11 +132,13 @@ def quantize_vocoder(fp32_path: Path, int8_path: Path, calibration: list[npt.NDA
     with tempfile.TemporaryDirectory() as tmp:
         prepared = Path(tmp) / "prepared.onnx"
         quant_pre_process(str(fp32_path), str(prepared), skip_symbolic_shape=True)
-        convolutions = [n.name for n in onnx.load(str(prepared)).graph.node if n.op_type in QUANTIZED_OPS]
+        graph = onnx.load(str(prepared)).graph
+        convolutions = [n.name for n in graph.node if n.op_type in QUANTIZED_OPS]
+        speaker = any(i.name == "SPEAKER_ID" for i in graph.input)
         quantize_static(
             str(prepared),
             str(int8_path),
-            _Latents(calibration),
+            _Latents(calibration, speaker),
             quant_format=QuantFormat.QDQ,
             per_channel=True,
             activation_type=QuantType.QUInt8,
@@ -139,8 +159,8 @@ def check_quality(
     int8 = ort.InferenceSession(str(int8_path), providers=["CPUExecutionProvider"])
     snr, heard_fp32, heard_int8 = [], [], []
     for latent in held_out:
-        reference = fp32.run(["WAVEFORM"], {"LATENT": latent})[0][0]
-        quantised = int8.run(["WAVEFORM"], {"LATENT": latent})[0][0]
+        reference = fp32.run(["WAVEFORM"], vocoder_feeds(fp32, latent))[0][0]
+        quantised = int8.run(["WAVEFORM"], vocoder_feeds(int8, latent))[0][0]
         noise = float(np.sum((reference - quantised) ** 2)) or 1e-12
         snr.append(round(10 * float(np.log10(float(np.sum(reference**2)) / noise)), 2))
         heard_fp32.append(transcribe(reference, sample_rate))
@@ -154,12 +174,15 @@ def export_int8_voice(voice_dir: Path, out: Path) -> QualityReport:
     """A voice folder like ``voice_dir`` with an INT8 vocoder, and its quality report."""
     voice = Voice.load(voice_dir)
     out.mkdir(parents=True, exist_ok=True)
-    acoustic = out / ACOUSTIC_FILE
-    acoustic.unlink(missing_ok=True)
-    try:
-        os.link(voice_dir / ACOUSTIC_FILE, acoustic)
-    except OSError:
-        shutil.copyfile(voice_dir / ACOUSTIC_FILE, acoustic)
+    for source in voice_dir.glob("*.onnx"):  # the acoustic stage's files stay FP32
+        if source.name == VOCODER_FILE:
+            continue
+        target = out / source.name
+        target.unlink(missing_ok=True)
+        try:
+            os.link(source, target)
+        except OSError:
+            shutil.copyfile(source, target)
     quantize_vocoder(voice_dir / VOCODER_FILE, out / VOCODER_FILE, latents(voice_dir, CALIBRATION_TEXTS))
     report = check_quality(
         voice_dir / VOCODER_FILE, out / VOCODER_FILE, latents(voice_dir, HELD_OUT_TEXTS), voice.sample_rate

@@ -20,7 +20,7 @@ from tests.helpers import DETERMINISTIC, synthesize, tts_inputs
 from triton_tts.client import TTSClient
 from triton_tts.cli import main as cli_main
 from triton_tts.export import coqui
-from triton_tts.export.coqui_checkpoints import build_tts
+from triton_tts.export.coqui_checkpoints import build_tts, build_vocoder
 from triton_tts.server import TritonServer, default_voice_server
 
 TEXT = "Hello world, this is a test."
@@ -34,13 +34,35 @@ class CoquiVoice:
     loaded: coqui.Loaded
 
 
+# name, family, vocoder, speakers
+VOICES = [
+    ("coqui-vctk", "vits", None, 3),
+    ("coqui-tacotron2", "tacotron2", "hifigan", 1),
+]
+TACOTRON_STEPS = 40  # a random-weight decoder may never stop: keep the guard short
+TACOTRON_STOP_SHIFT = -0.3  # and nudge its stop token (see tests/test_coqui_tacotron2.py)
+
+
 @pytest.fixture(scope="module")
 def coqui_voices(tmp_path_factory: pytest.TempPathFactory) -> list[CoquiVoice]:
+    import torch
+
     voices = []
-    for name, family, speakers in [("coqui-vctk", "vits", 3)]:
-        saved = build_tts(family, tmp_path_factory.mktemp(f"{name}-checkpoint"), speakers=speakers)
-        loaded = coqui.load(checkpoint=saved.checkpoint, config=saved.config)
-        folder = tmp_path_factory.mktemp("voices") / name
+    for name, family, vocoder_family, speakers in VOICES:
+        root = tmp_path_factory.mktemp(name)
+        saved = build_tts(family, root / "tts", speakers=speakers)
+        vocoder = build_vocoder(vocoder_family, root / "vocoder") if vocoder_family else None
+        loaded = coqui.load(
+            checkpoint=saved.checkpoint,
+            config=saved.config,
+            vocoder_checkpoint=vocoder.checkpoint if vocoder else None,
+            vocoder_config=vocoder.config if vocoder else None,
+        )
+        if family == "tacotron2":
+            with torch.no_grad():
+                loaded.tts.decoder.stopnet[1].linear_layer.bias.add_(TACOTRON_STOP_SHIFT)
+            loaded.tts.decoder.max_decoder_steps = loaded.tts.config.max_decoder_steps = TACOTRON_STEPS
+        folder = root / name
         coqui.export_coqui(loaded, folder)
         voices.append(CoquiVoice(name, folder, loaded))
     return voices
@@ -85,18 +107,41 @@ def test_coqui_voice_through_the_server_equals_coqui(
     np.testing.assert_allclose(audio, np.clip(reference, -1, 1), atol=PARITY_ATOL)
 
 
-def test_each_voice_has_its_own_ensemble(
-    multi_server: TritonServer, coqui_voices: list[CoquiVoice]
+@pytest.mark.parametrize("index", range(len(VOICES)), ids=[v[0] for v in VOICES])
+def test_each_family_served_equals_coqui(
+    multi_server: TritonServer, coqui_voices: list[CoquiVoice], index: int
 ) -> None:
+    """Each voice's own ensemble (``tts_chunk__<name>``) and ``tts`` with VOICE: the audio
+    is Coqui's own inference on the same ids (what the server's tokeniser made of TEXT)."""
+    voice = coqui_voices[index]
+    reference = np.clip(coqui.coqui_waveform(voice.loaded, coqui.coqui_ids(voice.loaded, TEXT)), -1, 1)
+    assert np.abs(reference).max() > 1e-3  # real audio
     client = grpcclient.InferenceServerClient(multi_server.grpc_url)
     try:
-        for voice in coqui_voices:
-            result = client.infer(f"tts_chunk__{voice.name}", tts_inputs(grpcclient, TEXT, **DETERMINISTIC))
-            audio = result.as_numpy("AUDIO").reshape(-1)
-            reference = coqui.coqui_waveform(voice.loaded, coqui.coqui_ids(voice.loaded, TEXT))
-            np.testing.assert_allclose(audio, np.clip(reference, -1, 1), atol=PARITY_ATOL)
+        result = client.infer(f"tts_chunk__{voice.name}", tts_inputs(grpcclient, TEXT, **DETERMINISTIC))
+        direct = result.as_numpy("AUDIO").reshape(-1)
+        through_tts = client.infer("tts", tts_inputs(grpcclient, TEXT, VOICE=voice.name, **DETERMINISTIC))
     finally:
         client.close()
+    assert direct.shape == reference.shape
+    np.testing.assert_allclose(direct, reference, atol=PARITY_ATOL)
+    np.testing.assert_array_equal(through_tts.as_numpy("AUDIO").reshape(-1), direct)
+
+
+def test_voices_batch_in_their_own_models(multi_server: TritonServer, coqui_voices: list[CoquiVoice]) -> None:
+    """Mixed traffic for all voices at once: every answer equals the voice's alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    names = ["joe", *(v.name for v in coqui_voices)] * 3
+    client = grpcclient.InferenceServerClient(multi_server.grpc_url)  # thread-safe
+    try:
+        alone = {name: synthesize(client, TEXT, VOICE=name, **DETERMINISTIC)[0] for name in set(names)}
+        with ThreadPoolExecutor(len(names)) as pool:
+            together = list(pool.map(lambda n: synthesize(client, TEXT, VOICE=n, **DETERMINISTIC)[0], names))
+    finally:
+        client.close()
+    for name, audio in zip(names, together, strict=True):
+        np.testing.assert_allclose(audio, alone[name], atol=1e-4)
 
 
 def test_default_voice_is_unchanged_by_the_others(
@@ -111,7 +156,9 @@ def test_default_voice_is_unchanged_by_the_others(
 
 
 def test_unknown_voice_and_speaker_are_clear_errors(client: httpclient.InferenceServerClient) -> None:
-    with pytest.raises(InferenceServerException, match="unknown VOICE 'nobody'.*'joe', 'coqui-vctk'"):
+    with pytest.raises(
+        InferenceServerException, match="unknown VOICE 'nobody'.*'joe', 'coqui-vctk', 'coqui-"
+    ):
         synthesize(client, TEXT, VOICE="nobody")
     with pytest.raises(InferenceServerException, match="SPEAKER_ID"):
         synthesize(client, TEXT, VOICE="coqui-vctk", SPEAKER_ID=7)
@@ -126,7 +173,9 @@ def test_streaming_with_a_named_voice(multi_server: TritonServer, coqui_voices: 
     assert chunks[-1].is_last and all(c.sample_rate == voice.loaded.tts.ap.sample_rate for c in chunks)
 
 
-def test_cli_say_with_voice(multi_server: TritonServer, coqui_voices: list[CoquiVoice], tmp_path: Path) -> None:
+def test_cli_say_with_voice(
+    multi_server: TritonServer, coqui_voices: list[CoquiVoice], tmp_path: Path
+) -> None:
     import soundfile as sf
 
     out = tmp_path / "vctk.wav"

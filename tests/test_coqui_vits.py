@@ -160,3 +160,34 @@ def test_multi_speaker_vits(vits_speakers: tuple[coqui.Loaded, Path]) -> None:
         assert audio.shape == reference.shape
         np.testing.assert_allclose(audio, reference, atol=PARITY_ATOL)
     assert batched[0].shape != batched[1].shape or not np.allclose(batched[0], batched[1], atol=1e-3)
+
+
+@pytest.mark.parametrize("precision", ["fp16", "int8"])
+def test_precisions(vits_speakers: tuple[coqui.Loaded, Path], precision: str, tmp_path: Path) -> None:
+    """FP16 (both stages, FP32 at the edges) and INT8 (vocoder only, gated on quality),
+    on the multi-speaker model so the speaker input goes through quantisation too."""
+    import json
+
+    import onnx
+
+    loaded, fp32_folder = vits_speakers
+    folder = tmp_path / f"vctk-{precision}"
+    voice = coqui.export_coqui(loaded, folder, name="vctk", precision=precision)
+    assert voice.name == "vctk" and Voice.load(folder) == voice
+    vocoder = onnx.load(str(folder / "vocoder.onnx"))
+    weights = {init.data_type for init in vocoder.graph.initializer}
+    if precision == "fp16":
+        assert voice.precision == {"acoustic": "fp16", "vocoder": "fp16"}
+        assert onnx.TensorProto.FLOAT16 in weights
+        atol = 0.05
+    else:
+        assert voice.precision == {"acoustic": "fp32", "vocoder": "int8"}
+        assert any(node.op_type == "QuantizeLinear" for node in vocoder.graph.node)
+        report = json.loads((folder / "quality.json").read_text(encoding="utf-8"))
+        assert report["passed"] and min(report["snr_db"]) > 5
+        atol = 0.2
+    ids = coqui.coqui_ids(loaded, TEXTS[0])
+    (reference,) = synthesize(fp32_folder, [ids], speakers=[1])
+    (ours,) = synthesize(folder, [ids], speakers=[1])
+    assert ours.shape == reference.shape and ours.dtype == np.float32
+    np.testing.assert_allclose(ours, reference, atol=atol)

@@ -55,9 +55,7 @@ class ServedVoice:
     @classmethod
     def all_from_parameters(cls, params: dict[str, str]) -> list[ServedVoice]:
         """Every voice served, the default first (see model_configs.VoiceModels)."""
-        return [
-            cls(v["name"], max(1, len(v["speakers"])), v["model"]) for v in json.loads(params["voices"])
-        ]
+        return [cls(v["name"], max(1, len(v["speakers"])), v["model"]) for v in json.loads(params["voices"])]
 
 
 @dataclass(frozen=True)

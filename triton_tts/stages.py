@@ -122,7 +122,9 @@ class AcousticRunner(_Runner):
             }
             self.add_speakers(feeds, group, speakers)
             try:
-                latent, frames = self.session.run(["LATENT", "FRAME_COUNT"], feeds, self.run_options(padded.size))
+                latent, frames = self.session.run(
+                    ["LATENT", "FRAME_COUNT"], feeds, self.run_options(padded.size)
+                )
             except Exception as err:  # one failing run must not take the others down
                 for i in group:
                     results[i] = RunFailed(f"acoustic model failed: {err}")

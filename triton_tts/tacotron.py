@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 ENCODER_FILE = "tacotron2_encoder.onnx"
 DECODER_STEP_FILE = "tacotron2_decoder_step.onnx"
 POSTNET_FILE = "tacotron2_postnet.onnx"
-FILES = (ENCODER_FILE, DECODER_STEP_FILE, POSTNET_FILE)
+ONNX_FILES = (ENCODER_FILE, DECODER_STEP_FILE, POSTNET_FILE)
 # Decoder-step inputs fixed for a run (the encoder's outputs); every other step input
 # except MEMORY is a state, fed back from the step's "NEW_" + name output.
 STATIC_INPUTS = ("ENCODER_OUTPUTS", "PROCESSED_INPUTS", "MASK")
@@ -45,7 +45,12 @@ class Tacotron2Runner:
     """ids -> (postnet mel [n_mels, frames + 2 * edge_frames], that frame count) per item."""
 
     def __init__(
-        self, folder: Path, threads: int, max_decoder_steps: int, edge_frames: int, stop_threshold: float = 0.5
+        self,
+        folder: Path,
+        threads: int,
+        max_decoder_steps: int,
+        edge_frames: int,
+        stop_threshold: float = 0.5,
     ) -> None:
         folder = Path(folder)
         self.encoder = cpu_session(folder / ENCODER_FILE, threads)
@@ -71,10 +76,11 @@ class Tacotron2Runner:
         self,
         ids: Sequence[IntArray],
         scales: Sequence[FloatArray],
-        speaker_ids: Sequence[int] | None = None,
+        speakers: Sequence[int] | None = None,
     ) -> list[tuple[FloatArray, int] | RunFailed]:
-        """ids: unpadded id rows. scales: accepted for the acoustic interface and ignored
-        (Tacotron2 has no noise, and its length comes from the stop token)."""
+        """ids: unpadded id rows; speakers: ids (multi-speaker voices; 0 when None). scales:
+        taken for :class:`AcousticRunner`'s interface and ignored (Tacotron2 has no noise,
+        and its length comes from the stop token, so a length scale has nothing to act on)."""
         del scales
         results: list[Any] = [None] * len(ids)
         group = [i for i, row in enumerate(ids) if len(row) > 0]
@@ -83,21 +89,25 @@ class Tacotron2Runner:
         if not group:
             return results
         try:
-            mels = self._mels([ids[i] for i in group], None if speaker_ids is None else [speaker_ids[i] for i in group])
+            mels = self._mels(
+                [ids[i] for i in group], None if speakers is None else [speakers[i] for i in group]
+            )
         except Exception as err:  # one failing run must not take the others down
             for i in group:
                 results[i] = RunFailed(f"tacotron2 acoustic model failed: {err}")
             return results
+        edge = self.edge_frames
         for i, mel in zip(group, mels, strict=True):
-            if self.edge_frames:
-                mel = np.pad(mel, ((0, 0), (self.edge_frames, self.edge_frames)), mode="edge")
-            results[i] = (np.ascontiguousarray(mel, dtype=np.float32), int(mel.shape[-1]))
+            padded = np.pad(mel, ((0, 0), (edge, edge)), mode="edge") if edge else mel
+            results[i] = (np.ascontiguousarray(padded, dtype=np.float32), int(padded.shape[-1]))
         return results
 
     def _mels(self, ids: Sequence[IntArray], speaker_ids: Sequence[int] | None) -> list[FloatArray]:
         lengths = np.array([len(row) for row in ids], dtype=np.int64)
-        feeds: dict[str, Any] = {"PHONEME_IDS": pad_stack([np.asarray(r, dtype=np.int64) for r in ids]),
-                                 "PHONEME_LENGTH": lengths}
+        feeds: dict[str, Any] = {
+            "PHONEME_IDS": pad_stack([np.asarray(r, dtype=np.int64) for r in ids]),
+            "PHONEME_LENGTH": lengths,
+        }
         if self.uses_speaker:
             feeds["SPEAKER_ID"] = np.array(speaker_ids or [0] * len(ids), dtype=np.int64)
         static = dict(zip(STATIC_INPUTS, self.encoder.run(list(STATIC_INPUTS), feeds), strict=True))
@@ -142,7 +152,8 @@ class Tacotron2Runner:
             static = {name: value[keep, :tokens] for name, value in static.items()}
         if len(active):
             log.warning(
-                "tacotron2: %d item(s) reached max_decoder_steps=%d without a stop token; their mel is cut there",
-                len(active), self.max_decoder_steps,
+                "tacotron2: %d item(s) hit max_decoder_steps=%d without a stop token; mel cut there",
+                len(active),
+                self.max_decoder_steps,
             )
         return [np.concatenate(item, axis=0).T for item in outputs]

@@ -64,7 +64,7 @@ class Voice:
     family: str = "vits"
     acoustic_kind: str = "single"  # "single": one acoustic.onnx; "tacotron2": step-wise
     vocoder_uses_speaker: bool = False
-    max_decoder_steps: int = 0  # tacotron2: the loop's guard (frames per item)
+    max_decoder_steps: int = 0  # tacotron2: the loop's guard (decoder steps of r frames each)
     # Mel voices: frames the acoustic stage repeats at each end of the mel (Coqui's GAN
     # vocoders pad their input this way at inference); FRAME_COUNT includes them.
     mel_edge_frames: int = 0

@@ -47,12 +47,7 @@ class TritonPythonModel:
             speaker = pb_utils.get_input_tensor_by_name(request, "SPEAKER_ID")
             speakers.append(0 if speaker is None else int(speaker.as_numpy().reshape(-1)[0]))
         responses = []
-        results = (
-            self.runner.run(ids, scales)
-            if isinstance(self.runner, Tacotron2Runner)
-            else self.runner.run(ids, scales, speakers)
-        )
-        for result in results:
+        for result in self.runner.run(ids, scales, speakers):
             if isinstance(result, RunFailed):
                 responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(result.message)))
                 continue
