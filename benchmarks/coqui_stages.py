@@ -28,6 +28,7 @@ import platform
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -100,9 +101,9 @@ def measure_family(family: str, size: str, rounds: int, threads: int, work: Path
             continue
         latents = [r[0] for r in results]
         audio_s = sum(r[1] for r in results) * voice.hop_length / voice.sample_rate
-        acoustic_s = best_of(rounds, lambda acoustic=acoustic: acoustic.run(ids, scales))
+        acoustic_s = best_of(rounds, partial(acoustic.run, ids, scales))
         vocoder_runner = VocoderRunner(folder / VOCODER_FILE, threads, 1, 1 << 20)
-        vocoder_s = best_of(rounds, lambda runner=vocoder_runner: runner.run(latents))
+        vocoder_s = best_of(rounds, partial(vocoder_runner.run, latents))
         rows.append(
             {
                 "family": family,
@@ -155,7 +156,8 @@ def eager_row(
 
 def markdown(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| family | runtime | precision | acoustic x real time | vocoder x real time | acoustic MB | vocoder MB |",
+        "| family | runtime | precision | acoustic x real time | vocoder x real time "
+        "| acoustic MB | vocoder MB |",
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:

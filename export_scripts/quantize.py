@@ -121,7 +121,7 @@ class _Latents(CalibrationDataReader):  # type: ignore[misc]
         if item is None:
             return None
         if self._speaker:
-            return {"LATENT": item, "SPEAKER_ID": np.zeros(item.shape[0], dtype=np.int64)}  # type: ignore[dict-item]
+            return {"LATENT": item, "SPEAKER_ID": np.zeros(item.shape[0], dtype=np.int64)}
         return {"LATENT": item}
 
 

@@ -12,7 +12,7 @@ import tritonclient.http as httpclient
 DETERMINISTIC = {"NOISE_SCALE": 0.0, "NOISE_W": 0.0}
 
 
-def tts_inputs(lib: Any, text: str | bytes, **scalars: float | int) -> list[Any]:
+def tts_inputs(lib: Any, text: str | bytes, **scalars: float | int | str) -> list[Any]:
     raw = text.encode("utf-8") if isinstance(text, str) else text
     tensor = lib.InferInput("TEXT", [1, 1], "BYTES")
     tensor.set_data_from_numpy(np.array([[raw]], dtype=np.object_))

@@ -17,8 +17,8 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.helpers import DETERMINISTIC, synthesize, tts_inputs
-from triton_tts.client import TTSClient
 from triton_tts.cli import main as cli_main
+from triton_tts.client import TTSClient
 from triton_tts.export import coqui
 from triton_tts.export.coqui_checkpoints import build_tts, build_vocoder
 from triton_tts.server import TritonServer, default_voice_server
@@ -157,7 +157,7 @@ def test_default_voice_is_unchanged_by_the_others(
 
 def test_unknown_voice_and_speaker_are_clear_errors(client: httpclient.InferenceServerClient) -> None:
     with pytest.raises(
-        InferenceServerException, match="unknown VOICE 'nobody'.*'joe', 'coqui-vctk', 'coqui-"
+        InferenceServerException, match=r"unknown VOICE 'nobody'.*'joe', 'coqui-vctk', 'coqui-"
     ):
         synthesize(client, TEXT, VOICE="nobody")
     with pytest.raises(InferenceServerException, match="SPEAKER_ID"):

@@ -34,10 +34,11 @@ BATCH_ATOL = 1e-5
 def _sessions(folder: Path) -> tuple[ort.InferenceSession, ort.InferenceSession]:
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
-    return tuple(  # type: ignore[return-value]
+    acoustic, vocoder = (
         ort.InferenceSession(str(folder / name), opts, providers=["CPUExecutionProvider"])
         for name in ("acoustic.onnx", "vocoder.onnx")
     )
+    return acoustic, vocoder
 
 
 def synthesize(

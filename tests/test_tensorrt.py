@@ -56,7 +56,7 @@ def test_every_voice_gets_engines_with_its_speaker_input(tmp_path: Path) -> None
     import onnx
     from onnx import TensorProto, helper
 
-    def graph_file(path: Path, inputs: list[tuple[str, int, list[object]]]) -> None:
+    def graph_file(path: Path, inputs: list[tuple[str, int, list[str | int | None]]]) -> None:
         values = [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs]
         out = helper.make_tensor_value_info("OUT", TensorProto.FLOAT, None)
         weight = helper.make_tensor("W", TensorProto.FLOAT, [1], np.ones(1, np.float32))
@@ -64,7 +64,10 @@ def test_every_voice_gets_engines_with_its_speaker_input(tmp_path: Path) -> None
         path.parent.mkdir(parents=True)
         onnx.save(helper.make_model(helper.make_graph([node], "g", values, [out], [weight])), str(path))
 
-    ids = [("PHONEME_IDS", TensorProto.INT64, ["b", "t"]), ("PHONEME_LENGTH", TensorProto.INT64, ["b"])]
+    ids: list[tuple[str, int, list[str | int | None]]] = [
+        ("PHONEME_IDS", TensorProto.INT64, ["b", "t"]),
+        ("PHONEME_LENGTH", TensorProto.INT64, ["b"]),
+    ]
     graph_file(tmp_path / "acoustic/1/model.onnx", ids)
     graph_file(tmp_path / "acoustic__vctk/1/model.onnx", [*ids, ("SPEAKER_ID", TensorProto.INT64, ["b"])])
     graph_file(tmp_path / "vocoder/1/model.onnx", [("LATENT", TensorProto.FLOAT, ["b", 192, "f"])])

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from triton_tts.tacotron import Tacotron2Runner
 from triton_tts.stages import AcousticRunner, RunFailed, StageSettings
+from triton_tts.tacotron import Tacotron2Runner
 from triton_tts.voice import Voice
 
 
@@ -35,7 +35,8 @@ class TritonPythonModel:
         else:
             self.runner = AcousticRunner.from_settings(settings)
         pb_utils.Logger.log_info(
-            f"acoustic: '{voice.name}' ({voice.family}), onnxruntime CPU, {settings.threads} intra-op thread(s)"
+            f"acoustic: '{voice.name}' ({voice.family}), onnxruntime CPU, "
+            f"{settings.threads} intra-op thread(s)"
         )
 
     def execute(self, requests: list[Any]) -> list[Any]:
