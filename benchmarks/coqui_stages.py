@@ -70,9 +70,11 @@ def acoustic_runner(folder: Path, voice: Voice, threads: int) -> Any:
 
 
 def size_mb(folder: Path, stage: str) -> float:
-    files = [folder / VOCODER_FILE] if stage == "vocoder" else [
-        f for f in folder.glob("*.onnx") if f.name != VOCODER_FILE
-    ]
+    files = (
+        [folder / VOCODER_FILE]
+        if stage == "vocoder"
+        else [f for f in folder.glob("*.onnx") if f.name != VOCODER_FILE]
+    )
     return sum(f.stat().st_size for f in files) / 1e6
 
 
@@ -120,7 +122,12 @@ def measure_family(family: str, size: str, rounds: int, threads: int, work: Path
 
 
 def eager_row(
-    family: str, loaded: coqui.Loaded, ids: list[Any], latents: list[Any], audio_s: float, rounds: int,
+    family: str,
+    loaded: coqui.Loaded,
+    ids: list[Any],
+    latents: list[Any],
+    audio_s: float,
+    rounds: int,
     threads: int,
 ) -> dict[str, Any]:
     """Coqui's own modules in eager PyTorch, one item at a time (as Coqui's server runs)."""
