@@ -162,7 +162,10 @@ def _voices(config: dict[str, Any]) -> list[VoiceInfo]:
     if "voices" in params:  # every voice, the default first
         return [
             VoiceInfo(
-                name=v["name"], language=v["language"], sample_rate=int(v["sample_rate"]), speakers=v["speakers"]
+                name=v["name"],
+                language=v["language"],
+                sample_rate=int(v["sample_rate"]),
+                speakers=v["speakers"],
             )
             for v in json.loads(params["voices"])
         ]
