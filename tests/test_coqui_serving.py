@@ -38,6 +38,9 @@ class CoquiVoice:
 VOICES = [
     ("coqui-vctk", "vits", None, 3),
     ("coqui-tacotron2", "tacotron2", "hifigan", 1),
+    ("coqui-fastpitch", "fast_pitch", "hifigan", 1),
+    ("coqui-fastspeech2", "fastspeech2", "hifigan", 1),
+    ("coqui-glowtts", "glow_tts", "melgan", 1),
 ]
 TACOTRON_STEPS = 40  # a random-weight decoder may never stop: keep the guard short
 TACOTRON_STOP_SHIFT = -0.3  # and nudge its stop token (see tests/test_coqui_tacotron2.py)
