@@ -68,11 +68,17 @@ bench: setup bench-peers
 	$(BIN)/python benchmarks/streaming.py
 	$(BIN)/python benchmarks/peers.py
 
-bench-peers: .bench/piper/bin/python
+bench-peers: .bench/piper/bin/python .bench/coqui/bin/tts-server
 
+# Peers live in their own virtualenvs: never dependencies of the product.
 .bench/piper/bin/python:
 	$(PYTHON) -m venv .bench/piper
 	.bench/piper/bin/pip install -q piper-tts==1.8.0 flask==3.1.3
+
+.bench/coqui/bin/tts-server:
+	$(PYTHON) -m venv .bench/coqui
+	.bench/coqui/bin/pip install -q torch==2.9.1 torchaudio==2.9.1 torchcodec==0.17.0 \
+		'coqui-tts[server]==0.28.0' six==1.17.0
 
 check: lint typecheck test
 

@@ -4,10 +4,14 @@ Peers: (a) Piper's graph run directly with onnxruntime in one process per core, 
 (the CPU ceiling: measured here, batch 1 beats padded batches on CPU); (b) Piper's own
 HTTP server (``piper-tts``, installed by ``make bench-peers`` in its own virtualenv,
 never a dependency of the product); (c) triton-tts over HTTP and gRPC. Each server gets
-the same mixed sentences at the same concurrency. (Coqui's ``tts-server`` needs a Coqui
-model exported by this project: not yet measured.)
+the same mixed sentences at the same concurrency; (d) Coqui's own ``tts-server`` (eager
+PyTorch, ``coqui-tts[server]`` in ``.bench/coqui``, also installed by ``make
+bench-peers``) against triton-tts serving this project's export of the same Coqui model.
+That model is a Coqui VITS at Coqui's default sizes with random weights (no download;
+speed does not depend on the weights' values), built once into ``.bench/coqui-model``.
 
     python benchmarks/peers.py --concurrency 8 --rounds 3
+    python benchmarks/peers.py --only-coqui --coqui-rounds 1    # just (d)
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ from loadgen import load, triton_call
 log = logging.getLogger("peers")
 ROOT = Path(__file__).resolve().parent.parent
 PIPER_PYTHON = ROOT / ".bench" / "piper" / "bin" / "python"
+COQUI_SERVER = ROOT / ".bench" / "coqui" / "bin" / "tts-server"
+COQUI_MODEL = ROOT / ".bench" / "coqui-model"
 
 
 def _direct_worker(rounds: int, offset: int, ready: Any, results: Any) -> None:
@@ -117,6 +123,75 @@ def piper_call(port: int) -> Callable[[str], float]:
     return call
 
 
+def coqui_model(family: str) -> tuple[Path, Path, Path]:
+    """(checkpoint, config, exported voice folder) of the benchmark's Coqui model, built
+    and exported once (Coqui's default layer sizes, random weights)."""
+    folder = COQUI_MODEL / family
+    voice_dir = folder / f"coqui-{family}"
+    checkpoint, config = folder / "checkpoint" / "model.pth", folder / "checkpoint" / "config.json"
+    if not (voice_dir / "voice.json").exists():
+        from triton_tts.export import coqui
+        from triton_tts.export.coqui_checkpoints import build_tts
+
+        saved = build_tts(family, folder / "checkpoint", size="full")
+        coqui.export_coqui(coqui.load(checkpoint=saved.checkpoint, config=saved.config), voice_dir)
+    return checkpoint, config, voice_dir
+
+
+def start_coqui(port: int, checkpoint: Path, config: Path) -> subprocess.Popen[bytes] | None:
+    if not COQUI_SERVER.exists():
+        log.warning("Coqui's tts-server is not installed (make bench-peers): skipped")
+        return None
+    model = ["--model_path", str(checkpoint), "--config_path", str(config)]
+    process = subprocess.Popen(
+        [str(COQUI_SERVER), *model, "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        try:
+            coqui_call(port)("Ready.")
+            return process
+        except OSError:
+            time.sleep(1)
+    process.kill()
+    raise RuntimeError("Coqui's tts-server did not start")
+
+
+def coqui_call(port: int) -> Callable[[str], float]:
+    import io
+    import urllib.parse
+
+    def call(text: str) -> float:
+        url = f"http://127.0.0.1:{port}/api/tts?{urllib.parse.urlencode({'text': text})}"
+        with urllib.request.urlopen(url, timeout=900) as response:
+            return float(sf.info(io.BytesIO(response.read())).duration)
+
+    return call
+
+
+def coqui_side_by_side(concurrency: int, rounds: int, family: str) -> dict[str, Any]:
+    """Coqui's tts-server and triton-tts on the same Coqui model, one after the other."""
+    from triton_tts.server import default_voice_server, free_port
+
+    checkpoint, config, voice_dir = coqui_model(family)
+    results: dict[str, Any] = {}
+    port = free_port()
+    coqui_server = start_coqui(port, checkpoint, config)
+    if coqui_server is not None:
+        try:
+            results["coqui_tts_server"] = load(coqui_call(port), concurrency, rounds)
+        finally:
+            coqui_server.kill()
+            coqui_server.wait()
+    with default_voice_server(voice_dir=voice_dir) as server:
+        call = triton_call(server.grpc_url, "grpc")
+        load(call, 2, 1)  # warm-up
+        results["triton_tts_coqui_grpc"] = load(call, concurrency, rounds)
+    return results
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--concurrency", type=int, default=8)
@@ -129,6 +204,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         help="voice folder(s) for triton-tts (default: joe)",
     )
     parser.add_argument("--out", type=Path, default=Path("results/peers.json"))
+    parser.add_argument("--coqui-family", default="vits", choices=["vits", "fast_pitch", "glow_tts"])
+    parser.add_argument("--coqui-rounds", type=int, default=1, help="Coqui's server is slow: fewer rounds")
+    parser.add_argument("--only-coqui", action="store_true", help="only Coqui's server vs triton-tts")
+    parser.add_argument("--no-coqui", action="store_true", help="skip Coqui's server")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     from triton_tts.repository import ensure_default_voice
@@ -136,6 +215,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     ensure_default_voice()
     results: dict[str, Any] = {"machine": f"{platform.machine()}, {available_cores()} cores"}
+    if not args.no_coqui:
+        results["coqui"] = coqui_side_by_side(args.concurrency, args.coqui_rounds, args.coqui_family)
+        print_coqui(results["coqui"], args.concurrency, args.coqui_family)
+    if args.only_coqui:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=2), encoding="utf-8")
+        return results
     results["direct_onnxruntime"] = direct_ceiling(args.rounds)
     with ExitStack() as stack:
         port = free_port()
@@ -171,7 +257,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 f"| {name} | {r['x_real_time']:.1f} | {r['x_real_time'] / ceiling:.2f} "
                 f"| {r['p50_s']:.2f} s | {r['p99_s']:.2f} s |"
             )
+    if "coqui" in results:
+        print_coqui(results["coqui"], args.concurrency, args.coqui_family)
     return results
+
+
+def print_coqui(results: dict[str, Any], concurrency: int, family: str) -> None:
+    ours = results["triton_tts_coqui_grpc"]
+    print(f"\nCoqui {family} (default sizes), concurrency {concurrency}:\n")
+    print("| server | x real time | vs Coqui's server | p50 | p99 |\n|---|---|---|---|---|")
+    theirs = results.get("coqui_tts_server")
+    for name, r in (("Coqui tts-server (eager PyTorch)", theirs), ("triton-tts, gRPC", ours)):
+        if r is None:
+            continue
+        ratio = f"{r['x_real_time'] / theirs['x_real_time']:.2f}" if theirs else "-"
+        print(f"| {name} | {r['x_real_time']:.2f} | {ratio} | {r['p50_s']:.2f} s | {r['p99_s']:.2f} s |")
 
 
 if __name__ == "__main__":
