@@ -66,3 +66,41 @@ def test_streaming_harness_smoke(server: TritonServer, tmp_path: Path) -> None:
     )  # fmt: skip
     level = results["levels"][0]
     assert 0 < level["first_chunk_p50_s"] <= level["stream_total_p50_s"]
+
+
+def test_coqui_stage_benchmark_smoke(tmp_path: Path) -> None:
+    import coqui_stages
+
+    out = tmp_path / "stages.json"
+    coqui_stages.main(["--family", "vits", "--size", "tiny", "--rounds", "1", "--out", str(out)])
+    rows = json.loads(out.read_text(encoding="utf-8"))["rows"]
+    assert [(r["runtime"], r["precision"]) for r in rows] == [
+        ("eager PyTorch", "fp32"),
+        ("onnxruntime", "fp32"),
+        ("onnxruntime", "fp16"),
+        ("onnxruntime", "int8"),
+    ]
+    assert all(r["acoustic_x_real_time"] > 0 and r["vocoder_x_real_time"] > 0 for r in rows)
+    sizes = {r["precision"]: r["vocoder_mb"] for r in rows[1:]}
+    assert sizes["fp16"] < sizes["fp32"] and sizes["int8"] < sizes["fp32"]
+
+
+def test_gpu_bench_script_is_valid_bash_and_uses_real_options() -> None:
+    """It runs on GPU nodes only; here: it parses, and every option it passes exists."""
+    import subprocess
+
+    import perf
+    import streaming
+
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu_bench.sh"
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    text = script.read_text(encoding="utf-8")
+    for option in ("--url-grpc", "--url-http", "--levels", "--out"):
+        assert option in text
+    for module, options in ((perf, ["--levels", "--url-grpc"]), (streaming, ["--no-memory", "--levels"])):
+        source = Path(module.__file__ or "").read_text(encoding="utf-8")
+        assert all(f'"{o}"' in source for o in options)
+    from triton_tts.cli import build_parser
+
+    parsed = build_parser().parse_args(["build-repo", "--voice", "v", "--out", "r", "--max-batch-size", "64"])
+    assert parsed.max_batch_size == 64
