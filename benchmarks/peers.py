@@ -123,19 +123,25 @@ def piper_call(port: int) -> Callable[[str], float]:
     return call
 
 
-def coqui_model(family: str) -> tuple[Path, Path, Path]:
-    """(checkpoint, config, exported voice folder) of the benchmark's Coqui model, built
-    and exported once (Coqui's default layer sizes, random weights)."""
+def coqui_model(family: str, precisions: list[str]) -> tuple[Path, Path, list[Path]]:
+    """(checkpoint, config, exported voice folder per precision) of the benchmark's Coqui
+    model, built and exported once (Coqui's default layer sizes, random weights)."""
     folder = COQUI_MODEL / family
-    voice_dir = folder / f"coqui-{family}"
     checkpoint, config = folder / "checkpoint" / "model.pth", folder / "checkpoint" / "config.json"
-    if not (voice_dir / "voice.json").exists():
-        from triton_tts.export import coqui
+    if not checkpoint.exists():
         from triton_tts.export.coqui_checkpoints import build_tts
 
-        saved = build_tts(family, folder / "checkpoint", size="full")
-        coqui.export_coqui(coqui.load(checkpoint=saved.checkpoint, config=saved.config), voice_dir)
-    return checkpoint, config, voice_dir
+        build_tts(family, folder / "checkpoint", size="full")
+    voice_dirs = []
+    for precision in precisions:
+        voice_dir = folder / f"coqui-{family}-{precision}"
+        if not (voice_dir / "voice.json").exists():
+            from triton_tts.export import coqui
+
+            loaded = coqui.load(checkpoint=checkpoint, config=config)
+            coqui.export_coqui(loaded, voice_dir, precision=precision)
+        voice_dirs.append(voice_dir)
+    return checkpoint, config, voice_dirs
 
 
 def start_coqui(port: int, checkpoint: Path, config: Path) -> subprocess.Popen[bytes] | None:
@@ -171,11 +177,11 @@ def coqui_call(port: int) -> Callable[[str], float]:
     return call
 
 
-def coqui_side_by_side(concurrency: int, rounds: int, family: str) -> dict[str, Any]:
+def coqui_side_by_side(concurrency: int, rounds: int, family: str, precisions: list[str]) -> dict[str, Any]:
     """Coqui's tts-server and triton-tts on the same Coqui model, one after the other."""
     from triton_tts.server import default_voice_server, free_port
 
-    checkpoint, config, voice_dir = coqui_model(family)
+    checkpoint, config, voice_dirs = coqui_model(family, precisions)
     results: dict[str, Any] = {}
     port = free_port()
     coqui_server = start_coqui(port, checkpoint, config)
@@ -185,10 +191,11 @@ def coqui_side_by_side(concurrency: int, rounds: int, family: str) -> dict[str, 
         finally:
             coqui_server.kill()
             coqui_server.wait()
-    with default_voice_server(voice_dir=voice_dir) as server:
-        call = triton_call(server.grpc_url, "grpc")
-        load(call, 2, 1)  # warm-up
-        results["triton_tts_coqui_grpc"] = load(call, concurrency, rounds)
+    for precision, voice_dir in zip(precisions, voice_dirs, strict=True):
+        with default_voice_server(voice_dir=voice_dir) as server:
+            call = triton_call(server.grpc_url, "grpc")
+            load(call, 2, 1)  # warm-up
+            results[f"triton_tts_coqui_{precision}_grpc"] = load(call, concurrency, rounds)
     return results
 
 
@@ -206,6 +213,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", type=Path, default=Path("results/peers.json"))
     parser.add_argument("--coqui-family", default="vits", choices=["vits", "fast_pitch", "glow_tts"])
     parser.add_argument("--coqui-rounds", type=int, default=1, help="Coqui's server is slow: fewer rounds")
+    parser.add_argument(
+        "--coqui-precision",
+        nargs="+",
+        default=["fp32", "int8"],
+        choices=["fp32", "int8"],
+        help="triton-tts exports of the Coqui model to serve",
+    )
     parser.add_argument("--only-coqui", action="store_true", help="only Coqui's server vs triton-tts")
     parser.add_argument("--no-coqui", action="store_true", help="skip Coqui's server")
     args = parser.parse_args(argv)
@@ -216,7 +230,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ensure_default_voice()
     results: dict[str, Any] = {"machine": f"{platform.machine()}, {available_cores()} cores"}
     if not args.no_coqui:
-        results["coqui"] = coqui_side_by_side(args.concurrency, args.coqui_rounds, args.coqui_family)
+        results["coqui"] = coqui_side_by_side(
+            args.concurrency, args.coqui_rounds, args.coqui_family, args.coqui_precision
+        )
         print_coqui(results["coqui"], args.concurrency, args.coqui_family)
     if args.only_coqui:
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -263,11 +279,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 def print_coqui(results: dict[str, Any], concurrency: int, family: str) -> None:
-    ours = results["triton_tts_coqui_grpc"]
     print(f"\nCoqui {family} (default sizes), concurrency {concurrency}:\n")
     print("| server | x real time | vs Coqui's server | p50 | p99 |\n|---|---|---|---|---|")
     theirs = results.get("coqui_tts_server")
-    for name, r in (("Coqui tts-server (eager PyTorch)", theirs), ("triton-tts, gRPC", ours)):
+    rows = [("Coqui tts-server (eager PyTorch)", theirs)] + [
+        (f"triton-tts {key.split('_')[3].upper()}, gRPC", r)
+        for key, r in results.items()
+        if key.startswith("triton_tts_coqui_")
+    ]
+    for name, r in rows:
         if r is None:
             continue
         ratio = f"{r['x_real_time'] / theirs['x_real_time']:.2f}" if theirs else "-"
