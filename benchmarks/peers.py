@@ -132,6 +132,13 @@ def coqui_model(family: str, precisions: list[str]) -> tuple[Path, Path, list[Pa
         from triton_tts.export.coqui_checkpoints import build_tts
 
         build_tts(family, folder / "checkpoint", size="full")
+    # Coqui's Synthesizer trims "silence" off its output (do_trim_silence): on a random
+    # model's quiet audio that cut most of it, so its server returned less audio for the
+    # same work. Off, both servers return the model's whole output for the same text.
+    settings = json.loads(config.read_text(encoding="utf-8"))
+    if settings["audio"].get("do_trim_silence"):
+        settings["audio"]["do_trim_silence"] = False
+        config.write_text(json.dumps(settings, indent=2), encoding="utf-8")
     voice_dirs = []
     for precision in precisions:
         voice_dir = folder / f"coqui-{family}-{precision}"
