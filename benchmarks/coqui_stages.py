@@ -45,6 +45,7 @@ from triton_tts.voice import ACOUSTIC_FILE, VOCODER_FILE, Voice
 FAMILIES = {  # family -> vocoder (None: VITS has its own decoder)
     "vits": None,
     "fast_pitch": "hifigan",
+    "fastspeech2": "hifigan",
     "glow_tts": "hifigan",
     "tacotron2": "hifigan",
 }
