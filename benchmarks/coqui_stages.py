@@ -37,10 +37,11 @@ import torch
 
 from triton_tts.export import coqui
 from triton_tts.export.coqui_checkpoints import build_tts, build_vocoder
+from triton_tts.export.quantize import acoustic_runner
 from triton_tts.onnx_session import available_cores
 from triton_tts.sample_texts import SENTENCES
-from triton_tts.stages import AcousticRunner, RunFailed, VocoderRunner
-from triton_tts.voice import ACOUSTIC_FILE, VOCODER_FILE, Voice
+from triton_tts.stages import RunFailed, VocoderRunner
+from triton_tts.voice import VOCODER_FILE
 
 FAMILIES = {  # family -> vocoder (None: VITS has its own decoder)
     "vits": None,
@@ -60,14 +61,6 @@ def best_of(rounds: int, call: Callable[[], Any]) -> float:
         call()
         times.append(time.perf_counter() - start)
     return min(times)
-
-
-def acoustic_runner(folder: Path, voice: Voice, threads: int) -> Any:
-    if voice.acoustic_kind == "tacotron2":
-        from triton_tts.tacotron import Tacotron2Runner
-
-        return Tacotron2Runner(folder, threads, voice.max_decoder_steps, voice.mel_edge_frames)
-    return AcousticRunner(folder / ACOUSTIC_FILE, threads, 1, 1 << 20)
 
 
 def size_mb(folder: Path, stage: str) -> float:
@@ -134,14 +127,15 @@ def eager_row(
     """Coqui's own modules in eager PyTorch, one item at a time (as Coqui's server runs)."""
     torch.set_num_threads(threads)
     tts = loaded.tts
+    vits_acoustic = coqui.VitsAcoustic(tts) if family == "vits" else None
 
     def acoustic() -> None:
         with torch.no_grad():
             for item in ids:
                 x = torch.tensor(item[None])
-                if family == "vits":  # everything up to the latent (the decoder is the vocoder)
-                    stages = coqui.VitsAcoustic(tts)
-                    stages(x, torch.tensor([x.shape[1]]), torch.tensor([[0.0, 1.0, 0.0]]), torch.tensor([0]))
+                if vits_acoustic is not None:  # everything up to the latent (the decoder is the vocoder)
+                    scales = torch.tensor([[0.0, 1.0, 0.0]])
+                    vits_acoustic(x, torch.tensor([x.shape[1]]), scales, torch.tensor([0]))
                 else:
                     tts.inference(x, aux_input={"x_lengths": torch.tensor([x.shape[1]])})
 

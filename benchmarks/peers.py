@@ -77,6 +77,21 @@ def direct_ceiling(rounds: int) -> dict[str, float]:
     return {"x_real_time": sum(audio for audio, _ in finished) / wall, "processes": cores}
 
 
+def wait_until_serving(
+    process: subprocess.Popen[bytes], call: Callable[[str], float], timeout_s: float, name: str
+) -> subprocess.Popen[bytes]:
+    """Return ``process`` once a synthesis through ``call`` succeeds; kill it on time-out."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            call("Ready.")
+            return process
+        except OSError:
+            time.sleep(0.5)
+    process.kill()
+    raise RuntimeError(f"{name} did not start")
+
+
 def start_piper(port: int) -> subprocess.Popen[bytes] | None:
     if not PIPER_PYTHON.exists():
         log.warning("Piper's server is not installed (make bench-peers): skipped")
@@ -96,15 +111,7 @@ def start_piper(port: int) -> subprocess.Popen[bytes] | None:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            piper_call(port)("Ready.")
-            return process
-        except OSError:
-            time.sleep(0.5)
-    process.kill()
-    raise RuntimeError("Piper's server did not start")
+    return wait_until_serving(process, piper_call(port), 60, "Piper's server")
 
 
 def piper_call(port: int) -> Callable[[str], float]:
@@ -139,15 +146,14 @@ def coqui_model(family: str, precisions: list[str]) -> tuple[Path, Path, list[Pa
     if settings["audio"].get("do_trim_silence"):
         settings["audio"]["do_trim_silence"] = False
         config.write_text(json.dumps(settings, indent=2), encoding="utf-8")
-    voice_dirs = []
-    for precision in precisions:
-        voice_dir = folder / f"coqui-{family}-{precision}"
-        if not (voice_dir / "voice.json").exists():
-            from triton_tts.export import coqui
+    voice_dirs = [folder / f"coqui-{family}-{precision}" for precision in precisions]
+    missing = [(p, d) for p, d in zip(precisions, voice_dirs, strict=True) if not (d / "voice.json").exists()]
+    if missing:
+        from triton_tts.export import coqui
 
-            loaded = coqui.load(checkpoint=checkpoint, config=config)
+        loaded = coqui.load(checkpoint=checkpoint, config=config)  # once for every precision
+        for precision, voice_dir in missing:
             coqui.export_coqui(loaded, voice_dir, precision=precision)
-        voice_dirs.append(voice_dir)
     return checkpoint, config, voice_dirs
 
 
@@ -161,15 +167,7 @@ def start_coqui(port: int, checkpoint: Path, config: Path) -> subprocess.Popen[b
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        try:
-            coqui_call(port)("Ready.")
-            return process
-        except OSError:
-            time.sleep(1)
-    process.kill()
-    raise RuntimeError("Coqui's tts-server did not start")
+    return wait_until_serving(process, coqui_call(port), 180, "Coqui's tts-server")
 
 
 def coqui_call(port: int) -> Callable[[str], float]:

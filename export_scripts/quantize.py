@@ -41,6 +41,7 @@ from onnxruntime.quantization import (
 )
 from onnxruntime.quantization.shape_inference import quant_pre_process
 
+from triton_tts.onnx_session import graph_inputs
 from triton_tts.stages import AcousticRunner, RunFailed
 from triton_tts.text.normalize import normalize_english
 from triton_tts.text.phonemize import EspeakPhonemizer
@@ -80,18 +81,22 @@ class QualityReport:
     passed: bool
 
 
+def acoustic_runner(voice_dir: Path, voice: Voice, threads: int) -> Any:
+    """The acoustic stage of a voice folder as the Triton model runs it, one item per run:
+    Tacotron2's step-wise loop, or the one-graph runner."""
+    if voice.acoustic_kind == "tacotron2":
+        from triton_tts.tacotron import Tacotron2Runner
+
+        return Tacotron2Runner(voice_dir, threads, voice.max_decoder_steps, voice.mel_edge_frames)
+    return AcousticRunner(voice_dir / ACOUSTIC_FILE, threads, 1, 1 << 20)
+
+
 def latents(voice_dir: Path, texts: list[str]) -> list[npt.NDArray[np.float32]]:
     """The acoustic stage's latents (or mels) for ``texts`` (noise off, speaker 0), as the
     vocoder receives them: through the same runner the Triton acoustic model uses."""
     voice = Voice.load(voice_dir)
     phonemizer = EspeakPhonemizer(voice.phonemizer_language)
-    runner: Any
-    if voice.acoustic_kind == "tacotron2":
-        from triton_tts.tacotron import Tacotron2Runner
-
-        runner = Tacotron2Runner(voice_dir, 2, voice.max_decoder_steps, voice.mel_edge_frames)
-    else:
-        runner = AcousticRunner(voice_dir / ACOUSTIC_FILE, 2, 1, 1 << 20)
+    runner = acoustic_runner(voice_dir, voice, threads=2)
     symbols = phonemizer.symbols([normalize_english(t) for t in texts], voice.tokens)
     ids = [np.array(voice.phonemes_to_ids(s), dtype=np.int64) for s in symbols]
     scales = [np.array([0.0, voice.length_scale, 0.0], dtype=np.float32)] * len(ids)
@@ -103,10 +108,10 @@ def latents(voice_dir: Path, texts: list[str]) -> list[npt.NDArray[np.float32]]:
     return result
 
 
-def vocoder_feeds(session: ort.InferenceSession, latent: npt.NDArray[np.float32]) -> dict[str, Any]:
+def vocoder_feeds(latent: npt.NDArray[np.float32], speaker: bool) -> dict[str, Any]:
     """LATENT, plus speaker 0 for speaker-conditioned vocoders."""
     feeds: dict[str, Any] = {"LATENT": latent}
-    if any(i.name == "SPEAKER_ID" for i in session.get_inputs()):
+    if speaker:
         feeds["SPEAKER_ID"] = np.zeros(latent.shape[0], dtype=np.int64)
     return feeds
 
@@ -116,13 +121,9 @@ class _Latents(CalibrationDataReader):  # type: ignore[misc]
         self._items = iter(items)
         self._speaker = speaker
 
-    def get_next(self) -> dict[str, npt.NDArray[np.float32]] | None:
+    def get_next(self) -> dict[str, Any] | None:
         item = next(self._items, None)
-        if item is None:
-            return None
-        if self._speaker:
-            return {"LATENT": item, "SPEAKER_ID": np.zeros(item.shape[0], dtype=np.int64)}
-        return {"LATENT": item}
+        return None if item is None else vocoder_feeds(item, self._speaker)
 
 
 QUANTIZED_OPS = ["Conv", "ConvTranspose"]
@@ -132,9 +133,8 @@ def quantize_vocoder(fp32_path: Path, int8_path: Path, calibration: list[npt.NDA
     with tempfile.TemporaryDirectory() as tmp:
         prepared = Path(tmp) / "prepared.onnx"
         quant_pre_process(str(fp32_path), str(prepared), skip_symbolic_shape=True)
-        graph = onnx.load(str(prepared)).graph
-        convolutions = [n.name for n in graph.node if n.op_type in QUANTIZED_OPS]
-        speaker = any(i.name == "SPEAKER_ID" for i in graph.input)
+        convolutions = [n.name for n in onnx.load(str(prepared)).graph.node if n.op_type in QUANTIZED_OPS]
+        speaker = "SPEAKER_ID" in graph_inputs(prepared)
         quantize_static(
             str(prepared),
             str(int8_path),
@@ -157,10 +157,11 @@ def check_quality(
 
     fp32 = ort.InferenceSession(str(fp32_path), providers=["CPUExecutionProvider"])
     int8 = ort.InferenceSession(str(int8_path), providers=["CPUExecutionProvider"])
+    speaker = "SPEAKER_ID" in graph_inputs(fp32_path)
     snr, heard_fp32, heard_int8 = [], [], []
     for latent in held_out:
-        reference = fp32.run(["WAVEFORM"], vocoder_feeds(fp32, latent))[0][0]
-        quantised = int8.run(["WAVEFORM"], vocoder_feeds(int8, latent))[0][0]
+        reference = fp32.run(["WAVEFORM"], vocoder_feeds(latent, speaker))[0][0]
+        quantised = int8.run(["WAVEFORM"], vocoder_feeds(latent, speaker))[0][0]
         noise = float(np.sum((reference - quantised) ** 2)) or 1e-12
         snr.append(round(10 * float(np.log10(float(np.sum(reference**2)) / noise)), 2))
         heard_fp32.append(transcribe(reference, sample_rate))

@@ -30,6 +30,7 @@ from pathlib import Path
 import onnx
 
 from triton_tts.model_configs import BuildOptions
+from triton_tts.onnx_session import graph_inputs
 
 log = logging.getLogger(__name__)
 
@@ -73,11 +74,6 @@ def vocoder_profile(max_batch: int, channels: int, speaker: bool = False) -> Pro
     return Profile(shapes)
 
 
-def input_names(onnx_path: Path) -> set[str]:
-    graph = onnx.load(str(onnx_path), load_external_data=False).graph
-    return {i.name for i in graph.input} - {i.name for i in graph.initializer}
-
-
 def engines(repo: Path, max_batch: int) -> list[tuple[Path, str, Profile]]:
     """(ONNX file, stage, profile) for every voice's native stages in the repository:
     ``acoustic``/``vocoder`` and the ``__<voice>`` copies. A Tacotron2 acoustic stage
@@ -88,7 +84,7 @@ def engines(repo: Path, max_batch: int) -> list[tuple[Path, str, Profile]]:
             onnx_path = folder / "1" / "model.onnx"
             if not onnx_path.exists():
                 continue
-            speaker = "SPEAKER_ID" in input_names(onnx_path)
+            speaker = "SPEAKER_ID" in graph_inputs(onnx_path)
             profile = (
                 acoustic_profile(max_batch, speaker)
                 if stage == "acoustic"

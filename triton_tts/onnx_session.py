@@ -32,3 +32,11 @@ def cpu_session(path: Path, intra_op_threads: int) -> ort.InferenceSession:
     # Idle worker threads must not spin: on a small CPU the other pipeline stages need it.
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+def graph_inputs(path: Path) -> set[str]:
+    """The names an ONNX file takes as inputs (initializers excluded), read without weights."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    return {i.name for i in graph.input} - {i.name for i in graph.initializer}

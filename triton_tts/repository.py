@@ -26,6 +26,7 @@ from triton_tts.model_configs import (
     BuildOptions,
     VoiceModels,
 )
+from triton_tts.onnx_session import graph_inputs
 from triton_tts.voice import ACOUSTIC_FILE, VOCODER_FILE, VOICE_FILE, Voice
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,7 @@ def write_warmup_data(repo: Path, voice: Voice, models: VoiceModels) -> None:
 
 def voice_models(voice: Voice, voice_dir: Path, default: bool) -> VoiceModels:
     """What the configs need to know about one voice they serve."""
-    acoustic_inputs = _onnx_inputs(voice_dir / ACOUSTIC_FILE) if voice.acoustic_kind == "single" else set()
+    acoustic_inputs = graph_inputs(voice_dir / ACOUSTIC_FILE) if voice.acoustic_kind == "single" else set()
     return VoiceModels(
         name=voice.name,
         default=default,
@@ -95,14 +96,6 @@ def voice_models(voice: Voice, voice_dir: Path, default: bool) -> VoiceModels:
         vocoder_speaker=voice.vocoder_uses_speaker,
         native_acoustic=voice.acoustic_kind == "single",
     )
-
-
-def _onnx_inputs(path: Path) -> set[str]:
-    import onnx
-
-    graph = onnx.load(str(path), load_external_data=False).graph
-    initializers = {i.name for i in graph.initializer}
-    return {i.name for i in graph.input if i.name not in initializers}
 
 
 def with_voices(options: BuildOptions, voices: Sequence[tuple[Voice, Path]]) -> BuildOptions:

@@ -73,6 +73,8 @@ class _Runner:
 
     def __init__(self, onnx_path: Path, threads: int, max_items_per_run: int, max_padded: int) -> None:
         self.session = cpu_session(onnx_path, threads)
+        # read once: add_speakers runs on every execution
+        self.takes_speaker = any(i.name == "SPEAKER_ID" for i in self.session.get_inputs())
         self.threads = threads
         self.max_items = max_items_per_run
         self.max_padded = max_padded
@@ -90,10 +92,6 @@ class _Runner:
 
     def run_options(self, padded_size: int) -> ort.RunOptions | None:
         return self._shrink if padded_size > self.SHRINK_ABOVE else None
-
-    @property
-    def takes_speaker(self) -> bool:
-        return any(i.name == "SPEAKER_ID" for i in self.session.get_inputs())
 
     def add_speakers(
         self, feeds: dict[str, Any], group: Sequence[int], speakers: Sequence[int] | None
