@@ -3,14 +3,19 @@
 Precision is chosen per stage: the vocoder is most of the CPU cost; the acoustic model
 stays FP32 (its durations are rounded up per phoneme, so small errors change frame
 counts). Measured on the joe voice (2 cores): quantising every operator made the vocoder
-1.7-2x faster but its speech recognisably worse (held-out WER 0.09 -> 0.22-0.24, SNR
-~15 dB, whichever layers were left in FP32); the recipe here quantises only the
-convolutions, keeps the first and last in FP32, and passes the check (vocoder 1.37x
-faster, SNR ~19 dB, WER 0.09 -> 0.16 on six sentences). Calibration latents come from a text corpus run
+faster but its speech recognisably worse (held-out WER 0.09 -> 0.22-0.24, SNR ~15 dB,
+whichever layers were left in FP32). The recipe here quantises the convolutions only,
+the upsampling layers included once rewritten as ordinary convolutions, and keeps the
+input layer, the first upsampling layer and the output layer in FP32; with all
+upsamplers quantised the SNR was the same but the WER 0.24. The quantised graph then
+runs channels-last (``vocoder_graph``). On joe: SNR 18-20 dB, WER 0.09 -> 0.16, the
+vocoder 2.0x faster than FP32. Calibration latents come from a text corpus run
 through the same normaliser, espeak-ng and acoustic model the server uses. Every
 quantised voice is checked on held-out sentences: waveform SNR against FP32, and the
 word error rate of an offline recogniser, which must not be worse than FP32's by more
-than ``MAX_WER_INCREASE``. The result is an ordinary voice folder.
+than ``MAX_WER_INCREASE``. The INT8 graph uses onnxruntime's CPU integer kernels: it is
+for CPU nodes (GPU nodes serve the FP32/FP16 export through TensorRT).
+The result is an ordinary voice folder.
 
     python -m triton_tts.export.quantize --voice voices/joe --out voices/joe-int8
     triton-tts serve --voice voices/joe-int8
@@ -41,6 +46,7 @@ from onnxruntime.quantization import (
 )
 from onnxruntime.quantization.shape_inference import quant_pre_process
 
+from triton_tts.export.vocoder_graph import channels_last, polyphase_upsampling
 from triton_tts.onnx_session import graph_inputs
 from triton_tts.stages import AcousticRunner, RunFailed
 from triton_tts.text.normalize import normalize_english
@@ -126,28 +132,46 @@ class _Latents(CalibrationDataReader):  # type: ignore[misc]
         return None if item is None else vocoder_feeds(item, self._speaker)
 
 
-QUANTIZED_OPS = ["Conv", "ConvTranspose"]
-
-
 def quantize_vocoder(fp32_path: Path, int8_path: Path, calibration: list[npt.NDArray[np.float32]]) -> Path:
+    """Static INT8 of the vocoder's convolutions, laid out for onnxruntime's CPU kernels.
+
+    The upsampling layers are first rewritten as ordinary convolutions (exact), so they
+    quantise too; the input layer, the first upsampling layer and the output layer stay
+    FP32 (the recipe that passes the quality check). The quantised graph then runs
+    channels-last, with no transposes between its integer convolutions
+    (``vocoder_graph``): on the joe voice, 2 cores, that made the INT8 vocoder 1.4x faster
+    than the previous QDQ graph with the same quality gate, 2x faster than FP32.
+    """
+    onnx.save(channels_last(quantize_convolutions(fp32_path, calibration)), str(int8_path))
+    return int8_path
+
+
+def quantize_convolutions(fp32_path: Path, calibration: list[npt.NDArray[np.float32]]) -> onnx.ModelProto:
+    """The quantisation itself (QOperator format, channels-first)."""
     with tempfile.TemporaryDirectory() as tmp:
+        polyphase = Path(tmp) / "polyphase.onnx"
+        onnx.save(polyphase_upsampling(onnx.load(str(fp32_path))), str(polyphase))
         prepared = Path(tmp) / "prepared.onnx"
-        quant_pre_process(str(fp32_path), str(prepared), skip_symbolic_shape=True)
-        convolutions = [n.name for n in onnx.load(str(prepared)).graph.node if n.op_type in QUANTIZED_OPS]
+        quant_pre_process(str(polyphase), str(prepared), skip_symbolic_shape=True)
+        graph = onnx.load(str(prepared)).graph
+        convolutions = [n.name for n in graph.node if n.op_type == "Conv"]
+        upsamplers = [n.name for n in graph.node if n.op_type == "Conv" and "_polyphase" in n.name]
+        keep_fp32 = [convolutions[0], *upsamplers[:1], convolutions[-1]]
         speaker = "SPEAKER_ID" in graph_inputs(prepared)
+        quantised = Path(tmp) / "int8.onnx"
         quantize_static(
             str(prepared),
-            str(int8_path),
+            str(quantised),
             _Latents(calibration, speaker),
-            quant_format=QuantFormat.QDQ,
+            quant_format=QuantFormat.QOperator,
             per_channel=True,
             activation_type=QuantType.QUInt8,
             weight_type=QuantType.QInt8,
             calibrate_method=CalibrationMethod.MinMax,
-            op_types_to_quantize=QUANTIZED_OPS,
-            nodes_to_exclude=[convolutions[0], convolutions[-1]],  # input and output layers
+            op_types_to_quantize=["Conv"],
+            nodes_to_exclude=keep_fp32,
         )
-    return int8_path
+        return onnx.load(str(quantised))
 
 
 def check_quality(

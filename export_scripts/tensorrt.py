@@ -84,6 +84,11 @@ def engines(repo: Path, max_batch: int) -> list[tuple[Path, str, Profile]]:
             onnx_path = folder / "1" / "model.onnx"
             if not onnx_path.exists():
                 continue
+            if cpu_int8(onnx_path):
+                raise ValueError(
+                    f"{onnx_path} is an INT8 vocoder laid out for onnxruntime's CPU kernels "
+                    "(`export int8` / `--precision int8`); on GPU nodes serve the fp32 or fp16 export"
+                )
             speaker = "SPEAKER_ID" in graph_inputs(onnx_path)
             profile = (
                 acoustic_profile(max_batch, speaker)
@@ -92,6 +97,12 @@ def engines(repo: Path, max_batch: int) -> list[tuple[Path, str, Profile]]:
             )
             found.append((onnx_path, stage, profile))
     return found
+
+
+def cpu_int8(onnx_path: Path) -> bool:
+    """True for graphs with onnxruntime's CPU-only integer operators (the INT8 vocoder)."""
+    graph = onnx.load(str(onnx_path), load_external_data=False).graph
+    return any(node.op_type == "QLinearConv" for node in graph.node)
 
 
 def latent_channels(vocoder_onnx: Path) -> int:
