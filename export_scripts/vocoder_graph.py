@@ -46,6 +46,13 @@ TO_CHANNELS_LAST = [0, 2, 1]  # [N, C, T] -> [N, T, C]; its own inverse
 ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "LeakyRelu", "Relu", "Tanh", "Sigmoid", "Identity", "Neg", "Abs"}
 # Per-tensor (de)quantisation is element-wise too.
 QUANTISE = {"QuantizeLinear", "DequantizeLinear"}
+# onnxruntime's integer element-wise operators, and where their tensor operands are.
+QLINEAR_ELEMENTWISE = {
+    "QLinearLeakyRelu": (0,),
+    "QLinearSigmoid": (0,),
+    "QLinearAdd": (0, 3),
+    "QLinearMul": (0, 3),
+}
 # Ops in the polyphase interleave pattern, in order.
 INTERLEAVE = ("Reshape", "Transpose", "Reshape", "Slice")
 
@@ -319,8 +326,11 @@ class _ChannelsLast:
         tensor operand is rank 3 (it is transposed along) and constants are scalars."""
         if node.op_type in ELEMENTWISE:
             tensors, parameters = [n for n in node.input if not self._scalar(n)], []
-        elif node.op_type in QUANTISE or (node.op_type == "QLinearLeakyRelu" and node.domain == MS_DOMAIN):
-            tensors, parameters = [node.input[0]], list(node.input[1:])  # then scales, zero points
+        elif node.op_type in QUANTISE or (node.op_type in QLINEAR_ELEMENTWISE and node.domain == MS_DOMAIN):
+            # tensors, then their scales and zero points
+            positions = QLINEAR_ELEMENTWISE.get(node.op_type, (0,))
+            tensors = [node.input[i] for i in positions]
+            parameters = [n for i, n in enumerate(node.input) if i not in positions]
         else:
             return False
         if not (
