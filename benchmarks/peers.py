@@ -45,12 +45,13 @@ COQUI_SERVER = ROOT / ".bench" / "coqui" / "bin" / "tts-server"
 COQUI_MODEL = ROOT / ".bench" / "coqui-model"
 
 
-def _direct_worker(rounds: int, offset: int, ready: Any, results: Any) -> None:
-    """One process, one thread, batch 1: the server's text path + Piper's unsplit graph."""
+def _direct_worker(rounds: int, offset: int, ready: Any, results: Any, voice_dir: Path | None) -> None:
+    """One process, one thread, batch 1: the server's text path + Piper's unsplit graph,
+    or a voice folder's own graphs."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from reference import PiperReference
+    from reference import PiperReference, VoiceReference
 
-    reference = PiperReference(threads=1)
+    reference = PiperReference(threads=1) if voice_dir is None else VoiceReference(voice_dir, threads=1)
     reference.synthesize(SENTENCES[0])  # warm-up, outside the timed part
     ready.wait()  # every process starts together, after loading
     audio = 0.0
@@ -60,12 +61,15 @@ def _direct_worker(rounds: int, offset: int, ready: Any, results: Any) -> None:
     results.put((audio, time.time()))
 
 
-def direct_ceiling(rounds: int) -> dict[str, float]:
+def direct_ceiling(rounds: int, voice_dir: Path | None = None) -> dict[str, float]:
     cores = available_cores()
     context = multiprocessing.get_context("spawn")
     ready = context.Barrier(cores + 1)
     results = context.Queue()
-    workers = [context.Process(target=_direct_worker, args=(rounds, k, ready, results)) for k in range(cores)]
+    workers = [
+        context.Process(target=_direct_worker, args=(rounds, k, ready, results, voice_dir))
+        for k in range(cores)
+    ]
     for worker in workers:
         worker.start()
     ready.wait()
@@ -244,6 +248,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         args.out.write_text(json.dumps(results, indent=2), encoding="utf-8")
         return results
     results["direct_onnxruntime"] = direct_ceiling(args.rounds)
+    for voice_dir in args.voice or []:
+        results[f"direct_{voice_dir.name}"] = direct_ceiling(args.rounds, voice_dir)
     with ExitStack() as stack:
         port = free_port()
         piper = start_piper(port)
@@ -254,33 +260,47 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             piper.kill()
             piper.wait()
     names = {"piper_http_server": "Piper's HTTP server"}
+    voice_of: dict[str, str] = {}
     for voice_dir in args.voice or [None]:
         voice = voice_dir.name if voice_dir else "joe"
         with default_voice_server(voice_dir=voice_dir) as server:
             for protocol, url in (("http", server.http_url), ("grpc", server.grpc_url)):
                 key = f"triton_tts_{voice}_{protocol}"
                 names[key] = f"triton-tts ({voice}), {protocol.upper().replace('GRPC', 'gRPC')}"
+                voice_of[key] = voice
                 load(triton_call(url, protocol), 2, 1)
                 results[key] = load(triton_call(url, protocol), args.concurrency, args.rounds)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2), encoding="utf-8")
-    ceiling = results["direct_onnxruntime"]["x_real_time"]
-    print(f"\nconcurrency {args.concurrency}, {results['machine']}:\n")
-    print("| server | x real time | vs ceiling | p50 | p99 |\n|---|---|---|---|---|")
-    print(
-        f"| onnxruntime directly, {results['direct_onnxruntime']['processes']} processes x batch 1 "
-        f"(ceiling) | {ceiling:.1f} | 1.00 | - | - |"
-    )
-    for key, name in names.items():
-        if key in results:
-            r = results[key]
-            print(
-                f"| {name} | {r['x_real_time']:.1f} | {r['x_real_time'] / ceiling:.2f} "
-                f"| {r['p50_s']:.2f} s | {r['p99_s']:.2f} s |"
-            )
+    print_piper(results, args.concurrency, names, voice_of)
     if "coqui" in results:
         print_coqui(results["coqui"], args.concurrency, args.coqui_family)
     return results
+
+
+def print_piper(
+    results: dict[str, Any], concurrency: int, names: dict[str, str], voice_of: dict[str, str]
+) -> None:
+    ceiling = results["direct_onnxruntime"]["x_real_time"]
+    processes = results["direct_onnxruntime"]["processes"]
+    direct = f"onnxruntime directly, {processes} processes x batch 1"
+    print(f"\nconcurrency {concurrency}, {results['machine']}:\n")
+    print("| server | x real time | vs ceiling | vs same graphs direct | p50 | p99 |")
+    print("|---|---|---|---|---|---|")
+    print(f"| {direct}, Piper's graph (ceiling) | {ceiling:.1f} | 1.00 | | - | - |")
+    for voice in dict.fromkeys(voice_of.values()):
+        if f"direct_{voice}" in results:
+            own = results[f"direct_{voice}"]["x_real_time"]
+            print(f"| {direct}, {voice}'s graphs | {own:.1f} | {own / ceiling:.2f} | 1.00 | - | - |")
+    for key, name in names.items():
+        if key in results:
+            r = results[key]
+            own = results.get(f"direct_{voice_of.get(key)}", {}).get("x_real_time")
+            same = f"{r['x_real_time'] / own:.2f}" if own else ""
+            print(
+                f"| {name} | {r['x_real_time']:.1f} | {r['x_real_time'] / ceiling:.2f} | {same} "
+                f"| {r['p50_s']:.2f} s | {r['p99_s']:.2f} s |"
+            )
 
 
 def print_coqui(results: dict[str, Any], concurrency: int, family: str) -> None:

@@ -1,15 +1,19 @@
-"""The no-server reference: Piper's unsplit graph called directly with onnxruntime."""
+"""The no-server references: Piper's unsplit graph, or a voice folder's own graphs,
+called directly with onnxruntime."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
 from triton_tts.export.piper import bundled_joe_paths
 from triton_tts.repository import DEFAULT_VOICE_DIR, ensure_default_voice
+from triton_tts.stages import RunFailed
 from triton_tts.text.normalize import normalize_english
 from triton_tts.text.phonemize import EspeakPhonemizer
-from triton_tts.voice import Voice
+from triton_tts.voice import VOCODER_FILE, Voice
 
 
 class PiperReference:
@@ -36,4 +40,34 @@ class PiperReference:
                 "scales": np.array([self.voice.noise_scale, 1.0, self.voice.noise_w], dtype=np.float32),
             },
         )[0]
+        return float(wav.size / self.voice.sample_rate)
+
+
+class VoiceReference:
+    """A voice folder's own graphs (acoustic, then vocoder: FP32 or INT8) called directly
+    with onnxruntime, batch 1, after the same text path: the ceiling for that voice."""
+
+    def __init__(self, voice_dir: Path, threads: int) -> None:
+        from triton_tts.export.quantize import acoustic_runner
+        from triton_tts.stages import VocoderRunner
+
+        self.voice = Voice.load(voice_dir)
+        self.acoustic = acoustic_runner(voice_dir, self.voice, threads)
+        self.vocoder = VocoderRunner(
+            voice_dir / VOCODER_FILE, threads, max_items_per_run=1, max_padded=1 << 20
+        )
+        self.phonemizer = EspeakPhonemizer(self.voice.phonemizer_language)
+        self.scales = np.array(
+            [self.voice.noise_scale, self.voice.length_scale, self.voice.noise_w], np.float32
+        )
+
+    def synthesize(self, text: str) -> float:
+        symbols = self.phonemizer.symbols([normalize_english(text)], self.voice.tokens)[0]
+        ids = np.array(self.voice.phonemes_to_ids(symbols), dtype=np.int64)
+        (acoustic,) = self.acoustic.run([ids], [self.scales])
+        if isinstance(acoustic, RunFailed):
+            raise RuntimeError(acoustic.message)
+        (wav,) = self.vocoder.run([acoustic[0]])
+        if isinstance(wav, RunFailed):
+            raise RuntimeError(wav.message)
         return float(wav.size / self.voice.sample_rate)
