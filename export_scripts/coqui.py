@@ -34,7 +34,8 @@ import torch
 from torch import nn
 
 from triton_tts.export.coqui_arguments import PRECISIONS, add_arguments
-from triton_tts.voice import ACOUSTIC_FILE, VOCODER_FILE, Voice
+from triton_tts.export.vocoder_graph import write_unpadded
+from triton_tts.voice import ACOUSTIC_FILE, VOCODER_FILE, VOCODER_UNPADDED_FILE, Voice
 
 log = logging.getLogger(__name__)
 
@@ -381,6 +382,7 @@ def export_coqui(loaded: Loaded, out: Path, name: str | None = None, precision: 
             mel_edge_frames=edge,
         )
     voice.save(out)
+    write_unpadded(out / VOCODER_FILE, out / VOCODER_UNPADDED_FILE)  # for one-item runs
     if precision != "fp32":
         voice = convert_precision(out, voice, precision)
     log.info("exported %s (%s) to %s", loaded.source, loaded.family, out)

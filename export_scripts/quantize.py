@@ -46,12 +46,12 @@ from onnxruntime.quantization import (
 )
 from onnxruntime.quantization.shape_inference import quant_pre_process
 
-from triton_tts.export.vocoder_graph import channels_last, polyphase_upsampling
+from triton_tts.export.vocoder_graph import channels_last, polyphase_upsampling, write_unpadded
 from triton_tts.onnx_session import graph_inputs
 from triton_tts.stages import AcousticRunner, RunFailed
 from triton_tts.text.normalize import normalize_english
 from triton_tts.text.phonemize import EspeakPhonemizer
-from triton_tts.voice import ACOUSTIC_FILE, VOCODER_FILE, Voice
+from triton_tts.voice import ACOUSTIC_FILE, VOCODER_FILE, VOCODER_UNPADDED_FILE, Voice
 
 log = logging.getLogger(__name__)
 
@@ -200,7 +200,7 @@ def export_int8_voice(voice_dir: Path, out: Path) -> QualityReport:
     voice = Voice.load(voice_dir)
     out.mkdir(parents=True, exist_ok=True)
     for source in voice_dir.glob("*.onnx"):  # the acoustic stage's files stay FP32
-        if source.name == VOCODER_FILE:
+        if source.name in (VOCODER_FILE, VOCODER_UNPADDED_FILE):
             continue
         target = out / source.name
         target.unlink(missing_ok=True)
@@ -209,6 +209,7 @@ def export_int8_voice(voice_dir: Path, out: Path) -> QualityReport:
         except OSError:
             shutil.copyfile(source, target)
     quantize_vocoder(voice_dir / VOCODER_FILE, out / VOCODER_FILE, latents(voice_dir, CALIBRATION_TEXTS))
+    write_unpadded(out / VOCODER_FILE, out / VOCODER_UNPADDED_FILE)
     report = check_quality(
         voice_dir / VOCODER_FILE, out / VOCODER_FILE, latents(voice_dir, HELD_OUT_TEXTS), voice.sample_rate
     )

@@ -403,6 +403,75 @@ class _ChannelsLast:
                         field[i] = new
 
 
+# Comparisons a padding mask is made from (PaddingSafe: steps < valid frames), and the
+# shape-only operators between a mask and the Mul that applies it.
+MASK_COMPARISONS = {"Less", "LessOrEqual", "Greater", "GreaterOrEqual"}
+SHAPE_ONLY = {"Unsqueeze", "Reshape", "Transpose", "Squeeze", "Expand", "Identity"}
+
+
+def drop_padding_masks(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
+    """The graph without its padding masks, and how many multiplies that removed.
+
+    Coqui vocoders are exported padding-safe (``coqui.PaddingSafe``): each convolution's
+    input is multiplied by a 0/1 mask computed from each item's valid length. A run of one
+    item has no padding, every mask is all ones, and the multiplies (about a tenth of the
+    INT8 VITS vocoder's time) change nothing; this copy is what single-item runs use.
+    """
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    graph = model.graph
+    producers = {out: node for node in graph.node for out in node.output}
+
+    def is_mask(name: str) -> bool:
+        node = producers.get(name)
+        while node is not None and node.op_type in SHAPE_ONLY:
+            node = producers.get(node.input[0])
+        if node is None or node.op_type != "Cast":
+            return False
+        source = producers.get(node.input[0])
+        while source is not None and source.op_type in SHAPE_ONLY:
+            source = producers.get(source.input[0])
+        return source is not None and source.op_type in MASK_COMPARISONS
+
+    dropped = 0
+    for node in graph.node:
+        if node.op_type != "Mul" or len(node.input) != 2:
+            continue
+        masks = [is_mask(name) for name in node.input]
+        if masks.count(True) == 1:
+            kept = node.input[masks.index(False)]
+            node.op_type = "Identity"
+            del node.input[:]
+            node.input.append(kept)
+            dropped += 1
+    _prune_dead_nodes(graph)
+    return model, dropped
+
+
+def _prune_dead_nodes(graph: onnx.GraphProto) -> None:
+    """Remove nodes no graph output depends on (e.g. the masks' own computation)."""
+    needed = {o.name for o in graph.output}
+    alive = []
+    for node in reversed(graph.node):
+        if any(out in needed for out in node.output):
+            alive.append(node)
+            needed.update(name for name in node.input if name)
+    kept = list(reversed(alive))
+    del graph.node[:]
+    graph.node.extend(kept)
+    _prune_initializers(graph)
+
+
+def write_unpadded(vocoder: Path, out: Path) -> bool:
+    """Write the mask-free copy of ``vocoder`` to ``out`` when it has padding masks
+    (otherwise remove a stale ``out``); True if written."""
+    model, dropped = drop_padding_masks(onnx.load(str(vocoder)))
+    if not dropped:
+        out.unlink(missing_ok=True)
+        return False
+    onnx.save(model, str(out))
+    return True
+
+
 def layout_summary(model: onnx.ModelProto) -> dict[str, int]:
     """Operator counts: how many convolutions run channels-last, how many transposes remain."""
     counts: Counter[str] = Counter()

@@ -186,3 +186,17 @@ def test_cli_say_with_voice(
     assert cli_main(["say", TEXT, "--voice", name, "-o", str(out), "--url", multi_server.http_url]) == 0
     audio, rate = sf.read(out)
     assert rate == coqui_voices[0].loaded.tts.ap.sample_rate and len(audio) > 0
+
+
+def test_a_voice_without_padding_masks_leaves_no_unpadded_vocoder_behind(
+    voice_dir: Path, coqui_voices: list[CoquiVoice], tmp_path: Path
+) -> None:
+    """The default voice's vocoder folder, rebuilt from a Coqui voice to the Piper voice:
+    the Coqui vocoder's mask-free copy must not stay there to be run for the Piper voice."""
+    from triton_tts.repository import build_repository
+
+    unpadded = tmp_path / "model_repository" / "vocoder" / "1" / "model_unpadded.onnx"
+    build_repository([coqui_voices[0].folder], tmp_path / "model_repository")
+    assert unpadded.exists()
+    build_repository([voice_dir], tmp_path / "model_repository")
+    assert not unpadded.exists()

@@ -131,6 +131,41 @@ def test_padded_batch_equals_batch_one(vits: tuple[coqui.Loaded, Path]) -> None:
         np.testing.assert_allclose(audio, alone, atol=BATCH_ATOL)
 
 
+def test_one_item_runs_use_the_mask_free_copy(vits: tuple[coqui.Loaded, Path]) -> None:
+    """The export also writes the vocoder without its padding masks; the CPU runner uses
+    it for runs of one item (nothing to mask) and the masked graph for padded runs."""
+    import onnx
+
+    from triton_tts.stages import VocoderRunner
+    from triton_tts.voice import VOCODER_FILE, VOCODER_UNPADDED_FILE
+
+    loaded, folder = vits
+    ops = [
+        [n.op_type for n in onnx.load(str(folder / f)).graph.node]
+        for f in (VOCODER_FILE, VOCODER_UNPADDED_FILE)
+    ]
+    assert ops[1].count("Mul") < ops[0].count("Mul") and "Less" in ops[0] and "Less" not in ops[1]
+    acoustic, _ = _sessions(folder)
+    latents = []
+    for text in TEXTS[:2]:
+        ids = np.array([coqui.coqui_ids(loaded, text)], np.int64)
+        feeds = {
+            "PHONEME_IDS": ids,
+            "PHONEME_LENGTH": np.array([ids.shape[1]]),
+            "SCALES": np.array([[0, 1, 0]], np.float32),
+        }
+        latent, frames = acoustic.run(None, feeds)
+        latents.append(latent[0, :, : int(frames[0])])
+    one_by_one = VocoderRunner(folder / VOCODER_FILE, 1, max_items_per_run=1, max_padded=10_000)
+    padded = VocoderRunner(folder / VOCODER_FILE, 1, max_items_per_run=2, max_padded=10_000)
+    assert one_by_one.unpadded is not None
+    masked = ort.InferenceSession(str(folder / VOCODER_FILE), providers=["CPUExecutionProvider"])
+    for latent, alone, in_batch in zip(latents, one_by_one.run(latents), padded.run(latents), strict=True):
+        reference = masked.run(None, {"LATENT": latent[None]})[0][0]
+        np.testing.assert_allclose(alone, reference, atol=1e-6)
+        np.testing.assert_allclose(in_batch, reference, atol=BATCH_ATOL)
+
+
 def test_length_scale_per_item_matches_coqui(vits: tuple[coqui.Loaded, Path]) -> None:
     loaded, folder = vits
     ids = coqui.coqui_ids(loaded, TEXTS[0])
@@ -184,6 +219,8 @@ def test_precisions(vits_speakers: tuple[coqui.Loaded, Path], precision: str, tm
     else:
         assert voice.precision == {"acoustic": "fp32", "vocoder": "int8"}
         assert any(node.op_type == "QuantizeLinear" for node in vocoder.graph.node)
+        unpadded = onnx.load(str(folder / "vocoder_unpadded.onnx"))  # quantised, masks dropped
+        assert any(node.op_type == "QLinearConv" for node in unpadded.graph.node)
         report = json.loads((folder / "quality.json").read_text(encoding="utf-8"))
         assert report["passed"] and min(report["snr_db"]) > 5
         atol = 0.2

@@ -13,7 +13,13 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from triton_tts.export.quantize import CALIBRATION_TEXTS, latents, quantize_convolutions
-from triton_tts.export.vocoder_graph import channels_last, layout_summary, polyphase_upsampling
+from triton_tts.export.vocoder_graph import (
+    channels_last,
+    drop_padding_masks,
+    layout_summary,
+    polyphase_upsampling,
+    write_unpadded,
+)
 from triton_tts.voice import VOCODER_FILE
 
 
@@ -109,3 +115,10 @@ def test_channels_last_changes_layout_not_results(voice_dir: Path, latent: npt.N
     expected, ours = run(channels_first, {"LATENT": latent}), run(laid_out, {"LATENT": latent})
     assert ours.shape == expected.shape
     np.testing.assert_allclose(ours, expected, atol=1e-6)
+
+
+def test_a_vocoder_without_padding_masks_gets_no_mask_free_copy(voice_dir: Path, tmp_path: Path) -> None:
+    stale = tmp_path / "vocoder_unpadded.onnx"
+    stale.write_bytes(b"an earlier export's")
+    assert drop_padding_masks(onnx.load(str(voice_dir / VOCODER_FILE)))[1] == 0  # Piper's: none
+    assert not write_unpadded(voice_dir / VOCODER_FILE, stale) and not stale.exists()

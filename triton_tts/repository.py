@@ -27,7 +27,8 @@ from triton_tts.model_configs import (
     VoiceModels,
 )
 from triton_tts.onnx_session import graph_inputs
-from triton_tts.voice import ACOUSTIC_FILE, VOCODER_FILE, VOICE_FILE, Voice
+from triton_tts.stages import unpadded_twin
+from triton_tts.voice import ACOUSTIC_FILE, VOCODER_FILE, VOCODER_UNPADDED_FILE, VOICE_FILE, Voice
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +128,13 @@ def _stage_files(voice: Voice, voice_dir: Path) -> dict[str, list[tuple[Path, st
         acoustic = [(voice_dir / ACOUSTIC_FILE, "model.onnx")]
     return {
         "acoustic": [*acoustic, (voice_dir / VOICE_FILE, VOICE_FILE)],
-        "vocoder": [(voice_dir / VOCODER_FILE, "model.onnx")],
+        "vocoder": [
+            (voice_dir / VOCODER_FILE, "model.onnx"),
+            (
+                voice_dir / VOCODER_UNPADDED_FILE,
+                unpadded_twin(Path("model.onnx")).name,
+            ),  # if the voice has one
+        ],
         "preprocess": [(voice_dir / VOICE_FILE, VOICE_FILE)],
         "postprocess": [(voice_dir / VOICE_FILE, VOICE_FILE)],
     }
@@ -163,6 +170,9 @@ def build_repository(
             if not models.default:  # the stage's model code, from the default's folder
                 _place(DEFAULT_REPOSITORY / stage / "1" / "model.py", target / "model.py")
             for source, name in files:
+                if source.name == VOCODER_UNPADDED_FILE and not source.exists():
+                    (target / name).unlink(missing_ok=True)  # an earlier voice's copy
+                    continue
                 _place(source, target / name)
         write_warmup_data(repo, voice, models)
         (repo / models.model(CHUNK_MODEL) / "1").mkdir(parents=True, exist_ok=True)  # ensembles need one

@@ -30,6 +30,8 @@ from pathlib import Path
 VOICE_FILE = "voice.json"
 ACOUSTIC_FILE = "acoustic.onnx"
 VOCODER_FILE = "vocoder.onnx"
+# The vocoder without its padding masks (padding-safe exports only): for one-item runs.
+VOCODER_UNPADDED_FILE = "vocoder_unpadded.onnx"
 
 # Phoneme-id framing Piper VITS voices are trained with: BOS PAD, then each phoneme
 # followed by PAD, then EOS.
