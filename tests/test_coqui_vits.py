@@ -162,6 +162,7 @@ def test_one_item_runs_use_the_mask_free_copy(vits: tuple[coqui.Loaded, Path]) -
     masked = ort.InferenceSession(str(folder / VOCODER_FILE), providers=["CPUExecutionProvider"])
     for latent, alone, in_batch in zip(latents, one_by_one.run(latents), padded.run(latents), strict=True):
         reference = masked.run(None, {"LATENT": latent[None]})[0][0]
+        assert isinstance(alone, np.ndarray) and isinstance(in_batch, np.ndarray)
         np.testing.assert_allclose(alone, reference, atol=1e-6)
         np.testing.assert_allclose(in_batch, reference, atol=BATCH_ATOL)
 
