@@ -41,7 +41,7 @@ from triton_tts.export.quantize import acoustic_runner
 from triton_tts.onnx_session import available_cores
 from triton_tts.sample_texts import SENTENCES
 from triton_tts.stages import RunFailed, VocoderRunner
-from triton_tts.voice import VOCODER_FILE
+from triton_tts.voice import VOCODER_FILE, VOCODER_UNPADDED_FILE
 
 FAMILIES = {  # family -> vocoder (None: VITS has its own decoder)
     "vits": None,
@@ -67,7 +67,7 @@ def size_mb(folder: Path, stage: str) -> float:
     files = (
         [folder / VOCODER_FILE]
         if stage == "vocoder"
-        else [f for f in folder.glob("*.onnx") if f.name != VOCODER_FILE]
+        else [f for f in folder.glob("*.onnx") if f.name not in (VOCODER_FILE, VOCODER_UNPADDED_FILE)]
     )
     return sum(f.stat().st_size for f in files) / 1e6
 
