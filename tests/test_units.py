@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pytest
 
@@ -118,3 +120,36 @@ def test_phonemizer_is_safe_under_concurrent_callers(phonemizer) -> None:
     with ThreadPoolExecutor(max_workers=8) as pool:
         results = list(pool.map(lambda t: phonemizer.phonemize([t])[0], texts * 4))
     assert results == expected * 4
+
+
+class RecordingSender:
+    """Stands in for a request's response sender: records what it was sent."""
+
+    def __init__(self, broken: bool = False) -> None:
+        self.sent: list[tuple[str, int]] = []
+        self.broken = broken
+
+    def send(self, response: str, flags: int) -> None:
+        if self.broken:
+            raise RuntimeError("client went away")
+        self.sent.append((response, flags))
+
+
+def test_each_request_gets_exactly_one_response_as_its_item_is_done() -> None:
+    from triton_tts.stages import RunFailed, send_as_done
+
+    order: list[int] = []
+    senders = [RecordingSender(), RecordingSender(broken=True), RecordingSender(), RecordingSender()]
+
+    def results() -> Iterator[tuple[int, object]]:
+        for index, result in ((2, "audio-2"), (1, "audio-1"), (0, RunFailed("bad input"))):
+            yield index, result
+            order.append(index)  # the response was sent before the next item ran
+        raise RuntimeError("runner broke")
+
+    send_as_done(senders, results(), lambda r: f"ok:{r}", lambda m: f"error:{m}", final=7)
+    assert order == [2, 1, 0]
+    assert senders[2].sent == [("ok:audio-2", 7)]
+    assert senders[0].sent == [("error:bad input", 7)]
+    assert senders[3].sent == [("error:internal error: runner broke", 7)]  # never ran: still answered
+    assert senders[1].sent == []  # its sender failed; the others were not affected

@@ -135,8 +135,8 @@ def in_order(
     pending: dict[int, Future[tuple[npt.NDArray[np.float32], int]]] = {}
     submitted = 0
     for index in range(count):
-        # The first chunk travels alone: a Python-backend model answers a whole batch at
-        # once, so chunk 0 batched with the (long) chunk 1 would wait for it.
+        # The first chunk travels alone: the stages run a batch's items one after
+        # another, so chunk 0 batched behind the (long) chunk 1 would wait for it.
         limit = 1 if index == 0 else window
         while submitted < count and submitted < index + limit and not cancelled():
             pending[submitted] = pool.submit(

@@ -14,7 +14,8 @@ size cap (``max_padded``) bounds activation memory when larger runs are allowed.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import logging
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -26,6 +27,8 @@ import onnxruntime as ort
 from triton_tts.batching import pad_stack, plan_sub_batches
 from triton_tts.config_parameters import string_parameters
 from triton_tts.onnx_session import cpu_session, resolve_threads
+
+log = logging.getLogger(__name__)
 
 FloatArray = npt.NDArray[np.float32]
 IntArray = npt.NDArray[np.int64]
@@ -110,7 +113,12 @@ class AcousticRunner(_Runner):
     ) -> list[tuple[FloatArray, int] | RunFailed]:
         """ids: unpadded id rows; scales: [3] rows; speakers: ids (multi-speaker voices)
         -> (LATENT [C, frames], frames) each."""
-        results: list[Any] = [None] * len(ids)
+        return _in_order(self.iter_run(ids, scales, speakers), len(ids))
+
+    def iter_run(
+        self, ids: Sequence[IntArray], scales: Sequence[FloatArray], speakers: Sequence[int] | None = None
+    ) -> Iterator[tuple[int, tuple[FloatArray, int] | RunFailed]]:
+        """(index, result) for each item as soon as its run is done."""
         for group in plan_sub_batches([len(x) for x in ids], self.max_padded, self.max_items):
             padded = pad_stack([ids[i] for i in group])
             feeds = {
@@ -125,12 +133,11 @@ class AcousticRunner(_Runner):
                 )
             except Exception as err:  # one failing run must not take the others down
                 for i in group:
-                    results[i] = RunFailed(f"acoustic model failed: {err}")
+                    yield i, RunFailed(f"acoustic model failed: {err}")
                 continue
             for row, i in enumerate(group):
                 count = int(frames[row])
-                results[i] = (np.ascontiguousarray(latent[row, :, :count]), count)
-        return results
+                yield i, (np.ascontiguousarray(latent[row, :, :count]), count)
 
 
 def unpadded_twin(onnx_path: Path) -> Path:
@@ -156,7 +163,12 @@ class VocoderRunner(_Runner):
         self, latents: Sequence[FloatArray], speakers: Sequence[int] | None = None
     ) -> list[FloatArray | RunFailed]:
         """latents: [C, frames] each -> waveform [frames * hop] each."""
-        results: list[Any] = [None] * len(latents)
+        return _in_order(self.iter_run(latents, speakers), len(latents))
+
+    def iter_run(
+        self, latents: Sequence[FloatArray], speakers: Sequence[int] | None = None
+    ) -> Iterator[tuple[int, FloatArray | RunFailed]]:
+        """(index, waveform) for each item as soon as its run is done."""
         for group in plan_sub_batches([x.shape[-1] for x in latents], self.max_padded, self.max_items):
             padded = pad_stack([latents[i] for i in group])
             feeds = {"LATENT": padded}
@@ -167,9 +179,45 @@ class VocoderRunner(_Runner):
                 waveform = session.run(["WAVEFORM"], feeds, self.run_options(frames))[0]
             except Exception as err:
                 for i in group:
-                    results[i] = RunFailed(f"vocoder failed: {err}")
+                    yield i, RunFailed(f"vocoder failed: {err}")
                 continue
             hop = waveform.shape[-1] // max(latents[i].shape[-1] for i in group)
             for row, i in enumerate(group):
-                results[i] = np.ascontiguousarray(waveform[row, : latents[i].shape[-1] * hop])
-        return results
+                yield i, np.ascontiguousarray(waveform[row, : latents[i].shape[-1] * hop])
+
+
+ResultT = TypeVar("ResultT")
+
+
+def _in_order(results: Iterator[tuple[int, ResultT]], count: int) -> list[ResultT]:
+    ordered: list[Any] = [None] * count
+    for index, result in results:
+        ordered[index] = result
+    return ordered
+
+
+def send_as_done(
+    senders: Sequence[Any], results: Iterator[tuple[int, Any]], respond: Any, failed: Any, final: int
+) -> None:
+    """Answer each request the moment its item is done (a non-decoupled Python model may
+    send its one response through the request's response sender and return None), so a
+    short request in a batch does not wait for the batch's longest. ``respond(result)``
+    and ``failed(message)`` build the responses; ``final`` is Triton's
+    TRITONSERVER_RESPONSE_COMPLETE_FINAL flag. One request's failed send (e.g. its
+    client went away) does not touch the others; if the runner itself breaks, every
+    request not yet answered gets the error, so none is left hanging."""
+
+    def send(index: int, response: Any) -> None:
+        try:
+            senders[index].send(response, flags=final)
+        except Exception as err:  # this request's sender is unusable; the others are fine
+            log.warning("could not answer request %d of a batch: %s", index, err)
+
+    unanswered = set(range(len(senders)))
+    try:
+        for index, result in results:
+            send(index, failed(result.message) if isinstance(result, RunFailed) else respond(result))
+            unanswered.discard(index)
+    except Exception as err:  # every request must get its one response
+        for index in sorted(unanswered):
+            send(index, failed(f"internal error: {err}"))

@@ -20,7 +20,7 @@ Coqui's guard.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +101,16 @@ class Tacotron2Runner:
             padded = np.pad(mel, ((0, 0), (edge, edge)), mode="edge") if edge else mel
             results[i] = (np.ascontiguousarray(padded, dtype=np.float32), int(padded.shape[-1]))
         return results
+
+    def iter_run(
+        self,
+        ids: Sequence[IntArray],
+        scales: Sequence[FloatArray],
+        speakers: Sequence[int] | None = None,
+    ) -> Iterator[tuple[int, tuple[FloatArray, int] | RunFailed]]:
+        """:meth:`run` in :class:`AcousticRunner`'s streaming form (the items of one batch
+        decode together, so they are done together)."""
+        yield from enumerate(self.run(ids, scales, speakers))
 
     def _mels(self, ids: Sequence[IntArray], speaker_ids: Sequence[int] | None) -> list[FloatArray]:
         lengths = np.array([len(row) for row in ids], dtype=np.int64)

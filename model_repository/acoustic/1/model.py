@@ -4,7 +4,8 @@ This machine's Triton has no ONNX Runtime backend, so the ONNX file runs inside 
 Python-backend model. GPU nodes load the same ``model.onnx`` with the native
 ``onnxruntime`` backend (configs/gpu.pbtxt) or a TensorRT plan (configs/tensorrt.pbtxt).
 Inputs are ragged (``allow_ragged_batch``): requests of any length arrive in one
-execution; :class:`triton_tts.stages.AcousticRunner` plans and pads the ONNX runs.
+execution; :class:`triton_tts.stages.AcousticRunner` plans and pads the ONNX runs, and
+each request is answered as soon as its item is done.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from triton_tts.stages import AcousticRunner, RunFailed, StageSettings
+from triton_tts.stages import AcousticRunner, StageSettings, send_as_done
 from triton_tts.tacotron import Tacotron2Runner
 from triton_tts.voice import Voice
 
@@ -39,7 +40,7 @@ class TritonPythonModel:
             f"{settings.threads} intra-op thread(s)"
         )
 
-    def execute(self, requests: list[Any]) -> list[Any]:
+    def execute(self, requests: list[Any]) -> None:
         ids, scales, speakers = [], [], []
         for request in requests:  # each request holds one item (batch axis of 1)
             length = int(_input(request, "PHONEME_LENGTH").reshape(-1)[0])
@@ -47,18 +48,24 @@ class TritonPythonModel:
             scales.append(_input(request, "SCALES").reshape(3))
             speaker = pb_utils.get_input_tensor_by_name(request, "SPEAKER_ID")
             speakers.append(0 if speaker is None else int(speaker.as_numpy().reshape(-1)[0]))
-        responses = []
-        for result in self.runner.run(ids, scales, speakers):
-            if isinstance(result, RunFailed):
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(result.message)))
-                continue
-            latent, frames = result
-            responses.append(
-                pb_utils.InferenceResponse(
-                    output_tensors=[
-                        pb_utils.Tensor("LATENT", latent[None]),
-                        pb_utils.Tensor("FRAME_COUNT", np.array([[frames]], dtype=np.int64)),
-                    ]
-                )
-            )
-        return responses
+        send_as_done(
+            [r.get_response_sender() for r in requests],
+            self.runner.iter_run(ids, scales, speakers),
+            _latent_response,
+            _error_response,
+            pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+        )
+
+
+def _latent_response(result: tuple[Any, int]) -> Any:
+    latent, frames = result
+    return pb_utils.InferenceResponse(
+        output_tensors=[
+            pb_utils.Tensor("LATENT", latent[None]),
+            pb_utils.Tensor("FRAME_COUNT", np.array([[frames]], dtype=np.int64)),
+        ]
+    )
+
+
+def _error_response(message: str) -> Any:
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(message))

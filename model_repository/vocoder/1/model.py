@@ -2,7 +2,8 @@
 
 Latents of different lengths arrive in one ragged execution;
 :class:`triton_tts.stages.VocoderRunner` plans the ONNX runs (one item per run by
-default on CPU, measured faster) and trims each waveform to its item's length.
+default on CPU, measured faster) and trims each waveform to its item's length; each
+request is answered as soon as its item is done.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any
 
 import triton_python_backend_utils as pb_utils
 
-from triton_tts.stages import RunFailed, StageSettings, VocoderRunner
+from triton_tts.stages import StageSettings, VocoderRunner, send_as_done
 
 
 class TritonPythonModel:
@@ -19,19 +20,19 @@ class TritonPythonModel:
         self.runner = VocoderRunner.from_settings(StageSettings.from_triton_args(args))
         pb_utils.Logger.log_info(f"vocoder: onnxruntime CPU, {self.runner.threads} intra-op thread(s)")
 
-    def execute(self, requests: list[Any]) -> list[Any]:
+    def execute(self, requests: list[Any]) -> None:
         # Each request holds one item: [1, channels, frames] -> [channels, frames].
         latents = [pb_utils.get_input_tensor_by_name(r, "LATENT").as_numpy()[0] for r in requests]
         speakers = [_speaker(r) for r in requests]
-        responses = []
-        for result in self.runner.run(latents, speakers):
-            if isinstance(result, RunFailed):
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(result.message)))
-            else:
-                responses.append(
-                    pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("WAVEFORM", result[None])])
-                )
-        return responses
+        send_as_done(
+            [r.get_response_sender() for r in requests],
+            self.runner.iter_run(latents, speakers),
+            lambda waveform: pb_utils.InferenceResponse(
+                output_tensors=[pb_utils.Tensor("WAVEFORM", waveform[None])]
+            ),
+            lambda message: pb_utils.InferenceResponse(error=pb_utils.TritonError(message)),
+            pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+        )
 
 
 def _speaker(request: Any) -> int:
