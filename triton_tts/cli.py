@@ -44,6 +44,13 @@ def add_build_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--acoustic-threads", default=d.acoustic_threads, help="intra-op, or auto")
     group.add_argument("--vocoder-threads", default=d.vocoder_threads, help="intra-op, or auto")
     group.add_argument("--queue-delay-us", type=int, default=d.queue_delay_us, help="CPU batcher")
+    group.add_argument(
+        "--cpu-preferred-batch-sizes",
+        type=int,
+        nargs="*",
+        default=list(d.cpu_preferred_batch_sizes),
+        help="CPU acoustic/vocoder batcher; none: batch whatever is queued",
+    )
     group.add_argument("--vocoder-items-per-run", type=int, default=d.vocoder_items_per_run, help="CPU")
     group.add_argument("--acoustic-items-per-run", type=int, default=d.acoustic_items_per_run, help="CPU")
     group.add_argument("--gpu-instances", type=int, default=d.gpu_instances, help="per GPU model")
@@ -58,6 +65,7 @@ def build_options(args: argparse.Namespace) -> BuildOptions:
         acoustic_threads=str(args.acoustic_threads),
         vocoder_threads=str(args.vocoder_threads),
         queue_delay_us=args.queue_delay_us,
+        cpu_preferred_batch_sizes=tuple(args.cpu_preferred_batch_sizes),
         vocoder_items_per_run=args.vocoder_items_per_run,
         acoustic_items_per_run=args.acoustic_items_per_run,
         gpu_instances=args.gpu_instances,

@@ -77,15 +77,21 @@ class BuildOptions:
 
     max_batch_size: int = 32
     preprocess_instances: int = 1
-    acoustic_instances: int = 1
-    vocoder_instances: int = 1
-    # "auto": the cores shared evenly between a model's instances, so instances x threads
-    # <= cores per model. Idle onnxruntime threads do not spin (onnx_session.py), so the
-    # two stages take turns on the cores rather than fight. Measured on 2 cores: 1 x auto
-    # for both stages beat 2 vocoder instances x 1 thread (same throughput, 1.5x faster
-    # single requests) -- see README, "Tuning".
+    # "auto" threads: the cores shared evenly between a model's instances, so instances x
+    # threads <= cores per model; idle onnxruntime threads do not spin (onnx_session.py).
+    # Measured on 2 cores (README, "Tuning"): two instances of one thread each per stage,
+    # each taking one request at a time (cpu_preferred_batch_sizes), served 1.14x the
+    # throughput of one instance of two threads at concurrency 8 with a lower p99 (an
+    # operator on two threads runs only 1.4x faster than on one; two requests on two
+    # cores run 2x), at the price of slower single requests when the server is idle.
+    acoustic_instances: int = 2
+    vocoder_instances: int = 2
     acoustic_threads: str = "auto"
     vocoder_threads: str = "auto"
+    # CPU stages: the batch size the dynamic batcher forms when it can. 1: a free instance
+    # takes the next request at once (on a CPU the items of a batch run one by one
+    # anyway); empty: batches of whatever is queued, ragged, up to max_batch_size.
+    cpu_preferred_batch_sizes: tuple[int, ...] = (1,)
     queue_delay_us: int = 2000
     # ONNX runs per Triton execution on CPU: 1 item per run measured fastest here (see
     # triton_tts/stages.py); the padded-size caps bound memory when runs hold more.
@@ -275,6 +281,7 @@ def _batching(config: mc.ModelConfig, opts: BuildOptions, native: bool) -> None:
         config.dynamic_batching.preferred_batch_size.extend(opts.gpu_preferred_batch_sizes)
         config.dynamic_batching.max_queue_delay_microseconds = opts.gpu_queue_delay_us
     else:
+        config.dynamic_batching.preferred_batch_size.extend(opts.cpu_preferred_batch_sizes)
         config.dynamic_batching.max_queue_delay_microseconds = opts.queue_delay_us
 
 
