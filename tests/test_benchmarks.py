@@ -32,6 +32,29 @@ def test_rtf_harness_smoke(server: TritonServer, tmp_path: Path) -> None:
         assert results[key]["x_real_time"] > 1
 
 
+def test_tuning_harness_smoke(tmp_path: Path) -> None:
+    """Builds and serves each setting itself: one setting, one pass, two clients."""
+    import tuning
+
+    out = tmp_path / "tuning.json"
+    results = tuning.main(
+        ["--settings", "one-by-two", "--rounds", "1", "--runs", "1", "--concurrency", "2", "--out", str(out)]
+    )
+    (run,) = results["settings"]["one-by-two"]
+    assert run["single"]["x_real_time"] > 1 and run["concurrent"]["x_real_time"] > 1
+    assert run["concurrent"]["p99_s"] >= run["concurrent"]["p50_s"] > 0
+    assert all(size >= 1 for size in run["batch"].values())
+    assert json.loads(out.read_text(encoding="utf-8"))["voice"] == "joe"
+
+
+def test_same_graph_ceiling_runs_a_voice_folder(voice_dir: Path) -> None:
+    """The peers benchmark's ceiling for a voice: its own graphs, straight onnxruntime."""
+    import peers
+
+    result = peers.direct_ceiling(1, voice_dir)
+    assert result["x_real_time"] > 1 and result["processes"] >= 1
+
+
 def test_locust_scenario_smoke(server: TritonServer, tmp_path: Path) -> None:
     import csv
     import subprocess
