@@ -1,7 +1,9 @@
 """triton-tts side by side with the alternatives, same voice, same machine, one run.
 
 Peers: (a) Piper's graph run directly with onnxruntime in one process per core, batch 1
-(the CPU ceiling: measured here, batch 1 beats padded batches on CPU); (b) Piper's own
+(the CPU ceiling: measured here, batch 1 beats padded batches on CPU), and each served
+voice folder's own graphs run the same way (the ceiling for that voice, e.g. with its
+INT8 vocoder); (b) Piper's own
 HTTP server (``piper-tts``, installed by ``make bench-peers`` in its own virtualenv,
 never a dependency of the product); (c) triton-tts over HTTP and gRPC. Each server gets
 the same mixed sentences at the same concurrency; (d) Coqui's own ``tts-server`` (eager
