@@ -105,7 +105,7 @@ def test_coqui_stage_benchmark_smoke(tmp_path: Path) -> None:
     ]
     assert all(r["acoustic_x_real_time"] > 0 and r["vocoder_x_real_time"] > 0 for r in rows)
     sizes = {r["precision"]: r["vocoder_mb"] for r in rows[1:]}
-    # (INT8's QDQ nodes outweigh a tiny model's weights; at full size it is 0.29x FP32)
+    # (INT8's quantisation parameters outweigh a tiny model's weights; at full size 0.4x FP32)
     assert sizes["fp16"] < sizes["fp32"] and sizes["int8"] > 0
 
 
