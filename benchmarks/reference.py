@@ -9,8 +9,9 @@ import numpy as np
 import onnxruntime as ort
 
 from triton_tts.export.piper import bundled_joe_paths
+from triton_tts.export.quantize import acoustic_runner, text_ids
 from triton_tts.repository import DEFAULT_VOICE_DIR, ensure_default_voice
-from triton_tts.stages import RunFailed
+from triton_tts.stages import RunFailed, VocoderRunner
 from triton_tts.text.normalize import normalize_english
 from triton_tts.text.phonemize import EspeakPhonemizer
 from triton_tts.voice import VOCODER_FILE, Voice
@@ -48,9 +49,6 @@ class VoiceReference:
     with onnxruntime, batch 1, after the same text path: the ceiling for that voice."""
 
     def __init__(self, voice_dir: Path, threads: int) -> None:
-        from triton_tts.export.quantize import acoustic_runner
-        from triton_tts.stages import VocoderRunner
-
         self.voice = Voice.load(voice_dir)
         self.acoustic = acoustic_runner(voice_dir, self.voice, threads)
         self.vocoder = VocoderRunner(
@@ -62,9 +60,7 @@ class VoiceReference:
         )
 
     def synthesize(self, text: str) -> float:
-        symbols = self.phonemizer.symbols([normalize_english(text)], self.voice.tokens)[0]
-        ids = np.array(self.voice.phonemes_to_ids(symbols), dtype=np.int64)
-        (acoustic,) = self.acoustic.run([ids], [self.scales])
+        (acoustic,) = self.acoustic.run(text_ids(self.voice, self.phonemizer, [text]), [self.scales])
         if isinstance(acoustic, RunFailed):
             raise RuntimeError(acoustic.message)
         (wav,) = self.vocoder.run([acoustic[0]])

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import json
 import queue
-from collections.abc import AsyncIterator, Generator
+from collections.abc import AsyncIterator, Generator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -116,6 +117,18 @@ def classify(err: InferenceServerException, url: str) -> TTSError:
     if status in ("StatusCode.UNAVAILABLE", "503") or "failed to connect" in lowered:
         return ServerUnavailable(f"cannot reach {url}: {message}")
     return TTSError(f"{message} (status {status})" if status else message)
+
+
+@contextmanager
+def _server_errors(url: str, network: tuple[type[Exception], ...] = (ConnectionError,)) -> Iterator[None]:
+    """tritonclient's exceptions and network failures (``network``) inside the block ->
+    the client's error types."""
+    try:
+        yield
+    except InferenceServerException as err:
+        raise classify(err, url) from None
+    except network as err:
+        raise ServerUnavailable(f"cannot reach {url}: {err}") from None
 
 
 def build_inputs(lib: Any, text: str | bytes, options: SynthesisOptions) -> list[Any]:
@@ -243,15 +256,11 @@ class TTSClient(_Settings):
 
     def voices(self) -> list[VoiceInfo]:
         """The voices the server serves (from the ``tts`` model's config)."""
-        try:
+        with _server_errors(self.url):
             if self.protocol == "http":
                 config = self._client.get_model_config(self.model)
             else:
                 config = self._client.get_model_config(self.model, as_json=True)["config"]
-        except InferenceServerException as err:
-            raise classify(err, self.url) from None
-        except ConnectionError as err:
-            raise ServerUnavailable(f"cannot reach {self.url}: {err}") from None
         return _voices(config)
 
     def synthesize(
@@ -268,17 +277,14 @@ class TTSClient(_Settings):
         inputs = build_inputs(self._lib, text, options)
         outputs = [self._lib.InferRequestedOutput(n) for n in OUTPUTS]
         try:
-            if self.protocol == "http":
-                result = self._client.infer(self.model, inputs, outputs=outputs)
-            else:
-                result = self._client.infer(
-                    self.model, inputs, outputs=outputs, client_timeout=self.timeout_s
-                )
-        except InferenceServerException as err:
-            raise classify(err, self.url) from None
-        except ConnectionError as err:
-            raise ServerUnavailable(f"cannot reach {self.url}: {err}") from None
-        except TimeoutError as err:
+            with _server_errors(self.url):
+                if self.protocol == "http":
+                    result = self._client.infer(self.model, inputs, outputs=outputs)
+                else:
+                    result = self._client.infer(
+                        self.model, inputs, outputs=outputs, client_timeout=self.timeout_s
+                    )
+        except TimeoutError as err:  # not a ConnectionError: passes through the block above
             raise TimedOut(f"no answer from {self.url} within {self.timeout_s:g} s") from err
         return _result(result)
 
@@ -349,7 +355,7 @@ class AsyncTTSClient(_Settings):
     async def synthesize(self, text: str | bytes, **options: Any) -> SynthesisResult:
         inputs = build_inputs(self._lib, text, SynthesisOptions(**options))
         outputs = [self._lib.InferRequestedOutput(n) for n in OUTPUTS]
-        try:
+        with _server_errors(self.url, network=(ConnectionError, OSError)):
             if self.protocol == "http":
                 result = await self._client.infer(
                     self.model, inputs, outputs=outputs, timeout=int(self.timeout_s)
@@ -358,10 +364,6 @@ class AsyncTTSClient(_Settings):
                 result = await self._client.infer(
                     self.model, inputs, outputs=outputs, client_timeout=self.timeout_s
                 )
-        except InferenceServerException as err:
-            raise classify(err, self.url) from None
-        except (ConnectionError, OSError) as err:
-            raise ServerUnavailable(f"cannot reach {self.url}: {err}") from None
         return _result(result)
 
     async def stream(self, text: str | bytes, **options: Any) -> AsyncIterator[AudioChunk]:

@@ -96,11 +96,21 @@ def _check_fftransformer(model: Any) -> None:
             raise NotImplementedError(
                 f"{part}_type {kind!r}: only 'fftransformer' (Coqui's default) is supported"
             )
-    if getattr(model, "embedded_speaker_dim", 0) and not hasattr(model, "emb_g"):
-        raise NotImplementedError("d-vector speaker conditioning is not supported; speaker ids are")
 
 
-class ForwardTTSAcoustic(nn.Module):
+class _MelAcoustic(nn.Module):
+    """What the mel acoustic wrappers share: the model, the vocoder's edge frames, and
+    speaker conditioning by id only."""
+
+    def __init__(self, model: Any, edge_frames: int) -> None:
+        super().__init__()
+        if getattr(model, "embedded_speaker_dim", 0) and not hasattr(model, "emb_g"):
+            raise NotImplementedError("d-vector speaker conditioning is not supported; speaker ids are")
+        self.model = model
+        self.edge_frames = edge_frames
+
+
+class ForwardTTSAcoustic(_MelAcoustic):
     """FastPitch / FastSpeech2 (Coqui's ``ForwardTTS``): encoder, durations, pitch / energy,
     length regulation, decoder -> masked mel [B, n_mels, frames] with edge frames.
 
@@ -110,10 +120,8 @@ class ForwardTTSAcoustic(nn.Module):
     length_scale comes from SCALES[:, 1], and the transformers are run padding-safe."""
 
     def __init__(self, model: Any, edge_frames: int) -> None:
-        super().__init__()
         _check_fftransformer(model)
-        self.model = model
-        self.edge_frames = edge_frames
+        super().__init__(model, edge_frames)
 
     def forward(
         self, ids: torch.Tensor, lengths: torch.Tensor, scales: torch.Tensor, speaker_id: torch.Tensor
@@ -147,7 +155,7 @@ class ForwardTTSAcoustic(nn.Module):
 # --- Glow-TTS ---------------------------------------------------------------------------
 
 
-class GlowTTSAcoustic(nn.Module):
+class GlowTTSAcoustic(_MelAcoustic):
     """Glow-TTS: encoder, durations, prior expansion, noise, reverse flow -> masked mel with
     edge frames.
 
@@ -156,13 +164,6 @@ class GlowTTSAcoustic(nn.Module):
     tokens a frame each) and a single noise scale. The flow squeezes frame pairs and drops
     an odd last frame, so an item has ``frames // num_squeeze * num_squeeze`` mel frames, as
     at batch 1. Noise is per item from SCALES[:, 0] (0: deterministic)."""
-
-    def __init__(self, model: Any, edge_frames: int) -> None:
-        super().__init__()
-        if getattr(model, "embedded_speaker_dim", 0) and not hasattr(model, "emb_g"):
-            raise NotImplementedError("d-vector speaker conditioning is not supported; speaker ids are")
-        self.model = model
-        self.edge_frames = edge_frames
 
     def forward(
         self, ids: torch.Tensor, lengths: torch.Tensor, scales: torch.Tensor, speaker_id: torch.Tensor

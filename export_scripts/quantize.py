@@ -97,14 +97,18 @@ def acoustic_runner(voice_dir: Path, voice: Voice, threads: int) -> Any:
     return AcousticRunner(voice_dir / ACOUSTIC_FILE, threads, 1, 1 << 20)
 
 
+def text_ids(voice: Voice, phonemizer: EspeakPhonemizer, texts: list[str]) -> list[npt.NDArray[np.int64]]:
+    """The server's text path (normaliser, espeak-ng, the voice's symbols and framing)."""
+    symbols = phonemizer.symbols([normalize_english(t) for t in texts], voice.tokens)
+    return [np.array(voice.phonemes_to_ids(s), dtype=np.int64) for s in symbols]
+
+
 def latents(voice_dir: Path, texts: list[str]) -> list[npt.NDArray[np.float32]]:
     """The acoustic stage's latents (or mels) for ``texts`` (noise off, speaker 0), as the
     vocoder receives them: through the same runner the Triton acoustic model uses."""
     voice = Voice.load(voice_dir)
-    phonemizer = EspeakPhonemizer(voice.phonemizer_language)
     runner = acoustic_runner(voice_dir, voice, threads=2)
-    symbols = phonemizer.symbols([normalize_english(t) for t in texts], voice.tokens)
-    ids = [np.array(voice.phonemes_to_ids(s), dtype=np.int64) for s in symbols]
+    ids = text_ids(voice, EspeakPhonemizer(voice.phonemizer_language), texts)
     scales = [np.array([0.0, voice.length_scale, 0.0], dtype=np.float32)] * len(ids)
     result = []
     for item in runner.run(ids, scales):

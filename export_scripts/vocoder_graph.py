@@ -421,16 +421,17 @@ def drop_padding_masks(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     graph = model.graph
     producers = {out: node for node in graph.node for out in node.output}
 
-    def is_mask(name: str) -> bool:
+    def origin(name: str) -> onnx.NodeProto | None:
+        """The node that computes ``name``, looking through shape-only operators."""
         node = producers.get(name)
         while node is not None and node.op_type in SHAPE_ONLY:
             node = producers.get(node.input[0])
-        if node is None or node.op_type != "Cast":
-            return False
-        source = producers.get(node.input[0])
-        while source is not None and source.op_type in SHAPE_ONLY:
-            source = producers.get(source.input[0])
-        return source is not None and source.op_type in MASK_COMPARISONS
+        return node
+
+    def is_mask(name: str) -> bool:
+        cast = origin(name)
+        comparison = origin(cast.input[0]) if cast is not None and cast.op_type == "Cast" else None
+        return comparison is not None and comparison.op_type in MASK_COMPARISONS
 
     dropped = 0
     for node in graph.node:

@@ -126,15 +126,12 @@ def _stage_files(voice: Voice, voice_dir: Path) -> dict[str, list[tuple[Path, st
         acoustic = [(voice_dir / name, name) for name in ONNX_FILES]
     else:
         acoustic = [(voice_dir / ACOUSTIC_FILE, "model.onnx")]
+    vocoder = [(voice_dir / VOCODER_FILE, "model.onnx")]
+    if (voice_dir / VOCODER_UNPADDED_FILE).exists():  # padding-safe vocoders only
+        vocoder.append((voice_dir / VOCODER_UNPADDED_FILE, unpadded_twin(Path("model.onnx")).name))
     return {
         "acoustic": [*acoustic, (voice_dir / VOICE_FILE, VOICE_FILE)],
-        "vocoder": [
-            (voice_dir / VOCODER_FILE, "model.onnx"),
-            (
-                voice_dir / VOCODER_UNPADDED_FILE,
-                unpadded_twin(Path("model.onnx")).name,
-            ),  # if the voice has one
-        ],
+        "vocoder": vocoder,
         "preprocess": [(voice_dir / VOICE_FILE, VOICE_FILE)],
         "postprocess": [(voice_dir / VOICE_FILE, VOICE_FILE)],
     }
@@ -170,10 +167,14 @@ def build_repository(
             if not models.default:  # the stage's model code, from the default's folder
                 _place(DEFAULT_REPOSITORY / stage / "1" / "model.py", target / "model.py")
             for source, name in files:
-                if source.name == VOCODER_UNPADDED_FILE and not source.exists():
-                    (target / name).unlink(missing_ok=True)  # an earlier voice's copy
-                    continue
                 _place(source, target / name)
+            # Graphs an earlier voice left here would be loaded for this one (a vocoder's
+            # mask-free copy, a model.onnx where a Tacotron2 stage has none): the folder
+            # holds this voice's graphs only. Engines (model.plan) are the GPU builder's.
+            placed = {name for _, name in files}
+            for stale in target.glob("*.onnx"):
+                if stale.name not in placed:
+                    stale.unlink()
         write_warmup_data(repo, voice, models)
         (repo / models.model(CHUNK_MODEL) / "1").mkdir(parents=True, exist_ok=True)  # ensembles need one
     model_configs.write(repo, options)
