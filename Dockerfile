@@ -7,18 +7,18 @@
 #   docker push REGISTRY/triton-tts:0.1.0
 ARG TRITON_IMAGE=nvcr.io/nvidia/tritonserver:24.10-py3
 
-# --- build: wheels for the project and its pinned dependencies (build tools stay here)
+# --- build: wheels of the image's requirement set and of the project (build tools stay here)
 FROM ${TRITON_IMAGE} AS build
 WORKDIR /src
+# The exact set tests/test_image_install.py installs on Python 3.10 (this image's Python).
+COPY requirements/image.txt requirements/image.txt
+RUN python3 -m pip wheel --no-cache-dir --use-pep517 --wheel-dir /wheels -r requirements/image.txt
 COPY pyproject.toml README.md LICENSE ./
 COPY triton_tts/ triton_tts/
 COPY client/ client/
 COPY export_scripts/ export_scripts/
-# The package reaches client/ and export_scripts/ through links inside triton_tts/;
-# replace them by the folders so the wheel holds real files.
-RUN rm triton_tts/client triton_tts/export \
- && cp -r client triton_tts/client && cp -r export_scripts triton_tts/export \
- && python3 -m pip wheel --no-cache-dir --wheel-dir /wheels .
+COPY model_repository/ model_repository/
+RUN python3 -m pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 # --- runtime
 FROM ${TRITON_IMAGE}
@@ -27,15 +27,15 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends espeak-ng libsndfile1 \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /wheels /tmp/wheels
-RUN python3 -m pip install --no-cache-dir --no-index --find-links /tmp/wheels triton-tts \
- && rm -rf /tmp/wheels
-# The committed repository (configs + Python model code); `triton-tts build-repo`
-# copies it next to the exported ONNX files.
-COPY model_repository/ /opt/triton-tts/model_repository/
+COPY requirements/image.txt /tmp/image-requirements.txt
+# The repository template (configs + model code) is package data of the wheel.
+RUN python3 -m pip install --no-cache-dir --no-index --find-links /tmp/wheels \
+      -r /tmp/image-requirements.txt triton-tts \
+ && rm -rf /tmp/wheels /tmp/image-requirements.txt
 
 # Read-only root filesystem: every cache and temporary file goes under /tmp, which the
 # chart mounts as an emptyDir (phonemizer copies libespeak-ng to a temporary directory).
-ENV TRITON_TTS_REPOSITORY_TEMPLATE=/opt/triton-tts/model_repository \
+ENV TRITON_TTS_HOME=/tmp/triton-tts \
     HOME=/tmp \
     TMPDIR=/tmp \
     XDG_CACHE_HOME=/tmp/.cache \

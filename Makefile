@@ -7,6 +7,17 @@ STAMP := $(VENV)/.installed
 PY_VERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 # libpython for Triton's Python-backend stub, which embeds the interpreter of our version.
 APT_PACKAGES := espeak-ng libespeak-ng1 sox libsndfile1 libb64-0d libpython$(PY_VERSION)
+# Voices and the built repository live in the checkout (see triton_tts/paths.py).
+export TRITON_TTS_HOME := $(CURDIR)
+REPOSITORY := build/model_repository
+# The Python of the Triton image (tritonserver:24.10-py3 has 3.10): the image's
+# requirement set is installed and served with it in tests/test_image_install.py.
+PY310 ?= $(shell pyenv prefix 3.10.13 2>/dev/null)/bin/python3.10
+export PY310
+IMAGE_WHEELS := .wheelhouse/py310
+# Read from pyproject.toml, their one home: the local tritonserver and the build backend.
+LOCAL_SERVER := $(shell grep -o 'nvidia-pytriton==[0-9.]*' pyproject.toml)
+BUILD_BACKEND := $(shell grep -o 'setuptools==[0-9.]*' pyproject.toml)
 HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
@@ -14,8 +25,9 @@ METRICS_PORT ?= 8002
 .PHONY: setup system-packages serve test lint typecheck check voice repo bench bench-peers clean
 
 HELM := .tools/helm
+PROMTOOL := .tools/promtool
 
-setup: system-packages $(STAMP) voices/joe/voice.json $(HELM)
+setup: system-packages $(STAMP) voices/joe/voice.json $(HELM) $(PROMTOOL) $(IMAGE_WHEELS)/.complete
 
 # Debian packages: espeak-ng for phonemes, libpython3.11 for Triton's Python-backend stub.
 system-packages:
@@ -36,16 +48,29 @@ $(STAMP): pyproject.toml
 $(HELM): | $(STAMP)
 	$(BIN)/python scripts/fetch_helm.py .tools
 
+# promtool, from Debian's prometheus package, for `promtool test rules` on the chart's
+# autoscaling rule (see scripts/fetch_promtool.py).
+$(PROMTOOL):
+	$(PYTHON) scripts/fetch_promtool.py .tools
+
+# Wheels of the image's requirement set (and of the local tritonserver) for Python 3.10,
+# fetched at set-up so that the image test installs offline, as the Dockerfile does.
+$(IMAGE_WHEELS)/.complete: requirements/image.txt pyproject.toml
+	@test -x "$(PY310)" || { echo "no Python 3.10 at '$(PY310)': set PY310=/path/to/python3.10"; exit 1; }
+	$(PY310) -m pip wheel -q --use-pep517 -w $(IMAGE_WHEELS) -r requirements/image.txt -c requirements/image.txt \
+		"$(LOCAL_SERVER)" "$(BUILD_BACKEND)"
+	touch $@
+
 voices/joe/voice.json: | $(STAMP)
 	$(BIN)/triton-tts export piper --out voices/joe
 
 voice: setup
 
 repo: setup
-	$(BIN)/triton-tts build-repo --voice voices/joe
+	$(BIN)/triton-tts build-repo --voice voices/joe --out $(REPOSITORY)
 
 serve: setup
-	$(BIN)/triton-tts serve --voice voices/joe --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
+	$(BIN)/triton-tts serve --voice voices/joe --model-repository $(REPOSITORY) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
 
 lint: setup
 	$(BIN)/ruff check .
@@ -53,9 +78,11 @@ lint: setup
 	$(HELM) lint helm/triton-tts --strict
 
 # Each Triton model is a module called "model", so they are checked one at a time.
+# mypy reads the package as the wheel lays it out (scripts/package_view.py says why).
 typecheck: setup
-	$(BIN)/mypy triton_tts tests benchmarks scripts
-	@for f in model_repository/*/1/model.py; do echo "mypy $$f"; $(BIN)/mypy --no-error-summary $$f || exit 1; done
+	$(BIN)/python scripts/package_view.py build/typecheck
+	MYPYPATH=build/typecheck $(BIN)/mypy build/typecheck/triton_tts tests benchmarks scripts
+	@for f in model_repository/*/1/model.py; do echo "mypy $$f"; MYPYPATH=build/typecheck $(BIN)/mypy --no-error-summary $$f || exit 1; done
 
 test: setup
 	$(BIN)/pytest -ra
@@ -83,4 +110,4 @@ bench-peers: .bench/piper/bin/python .bench/coqui/bin/tts-server
 check: lint typecheck test
 
 clean:
-	rm -rf voices .tools .bench results model_repository/*/1/*.onnx model_repository/*/1/voice.json model_repository/*/warmup
+	rm -rf voices build dist .wheelhouse .tools .bench results

@@ -10,7 +10,7 @@ import onnxruntime as ort
 
 from triton_tts.export.piper import bundled_joe_paths
 from triton_tts.export.quantize import acoustic_runner, text_ids
-from triton_tts.repository import DEFAULT_VOICE_DIR, ensure_default_voice
+from triton_tts.repository import ensure_default_voice
 from triton_tts.stages import RunFailed, VocoderRunner
 from triton_tts.text.normalize import normalize_english
 from triton_tts.text.phonemize import EspeakPhonemizer
@@ -21,7 +21,7 @@ class PiperReference:
     """Same text path as the server (normaliser, espeak-ng, ids), then the whole graph, batch 1."""
 
     def __init__(self, threads: int) -> None:
-        self.voice = Voice.load(ensure_default_voice(DEFAULT_VOICE_DIR))
+        self.voice = Voice.load(ensure_default_voice())
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = threads
         opts.log_severity_level = 3

@@ -23,9 +23,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from triton_tts import paths
 from triton_tts.model_configs import BuildOptions
 from triton_tts.onnx_session import available_cores
-from triton_tts.repository import DEFAULT_VOICE_DIR, build_repository, ensure_default_voice
+from triton_tts.repository import build_repository, ensure_default_voice
 from triton_tts.server import TritonServer, free_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -89,7 +90,7 @@ def measure(voice_dir: Path, options: BuildOptions, concurrency: int, rounds: in
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--voice", type=Path, default=DEFAULT_VOICE_DIR)
+    parser.add_argument("--voice", type=Path, default=paths.default_voice_dir())
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3, help="passes over the sentences per client")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +15,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from triton_tts.repository import DEFAULT_VOICE_DIR, ensure_default_voice
+from triton_tts import paths
+from triton_tts.repository import ensure_default_voice
 from triton_tts.server import TritonServer, default_voice_server
 from triton_tts.text.normalize import normalize_english
 from triton_tts.text.phonemize import EspeakPhonemizer
@@ -22,14 +24,16 @@ from triton_tts.voice import Voice
 
 log = logging.getLogger(__name__)
 
+ROOT = Path(__file__).resolve().parent.parent
+# Voices and builds live in the checkout, as under `make` (which sets the same).
+os.environ.setdefault("TRITON_TTS_HOME", str(ROOT))
 # The benchmark harnesses are scripts in benchmarks/; their smoke tests import them.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
 @pytest.fixture(scope="session")
 def voice_dir() -> Path:
-    ensure_default_voice(DEFAULT_VOICE_DIR)
-    return DEFAULT_VOICE_DIR
+    return ensure_default_voice(paths.default_voice_dir())
 
 
 @pytest.fixture(scope="session")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import dockerfile
 
-from triton_tts.repository import PROJECT_ROOT
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:24.10-py3"  # Triton 2.51.0, as tested here
 
@@ -46,7 +48,8 @@ def test_final_stage_is_lean_non_root_and_read_only_friendly() -> None:
             env.update(dict(zip(c.value[::2], c.value[1::2], strict=True)))
     for cache in ("HOME", "TMPDIR", "XDG_CACHE_HOME", "NUMBA_CACHE_DIR", "HF_HOME", "MPLCONFIGDIR"):
         assert env[cache].startswith("/tmp"), cache
-    assert env["TRITON_TTS_REPOSITORY_TEMPLATE"] == "/opt/triton-tts/model_repository"
+    assert env["TRITON_TTS_HOME"].startswith("/tmp")  # voices and builds: writable
+    assert "TRITON_TTS_REPOSITORY_TEMPLATE" not in env  # the template is package data
     assert [c.value for c in final if c.cmd == "EXPOSE"] == [("8000", "8001", "8002")]
 
 
@@ -54,3 +57,17 @@ def test_generated_artefacts_stay_out_of_the_build_context() -> None:
     ignored = (PROJECT_ROOT / ".dockerignore").read_text(encoding="utf-8").split()
     for pattern in (".venv", "voices", "*.onnx", "*.plan", "model_repository/*/warmup"):
         assert pattern in ignored
+
+
+def test_installs_exactly_the_tested_requirement_set_without_repairs() -> None:
+    """The image installs requirements/image.txt (what tests/test_image_install.py serves
+    with on Python 3.10), offline from the build stage's wheels; nothing patches the tree."""
+    build, final = stages()[0], stages()[-1]
+    build_runs = [" ".join(c.value) for c in build if c.cmd == "RUN"]
+    assert any("-r requirements/image.txt" in run and "pip wheel" in run for run in build_runs)
+    assert not any(" rm " in f" {run}" or "cp -r" in run or "ln -s" in run for run in build_runs)
+    copied = [c.value[0] for c in build if c.cmd == "COPY"]
+    assert "model_repository/" in copied  # the template goes into the wheel as package data
+    install = next(" ".join(c.value) for c in final if c.cmd == "RUN" and "pip install" in " ".join(c.value))
+    assert "--no-index" in install and "-r /tmp/image-requirements.txt" in install
+    assert [c.value for c in final if c.cmd == "COPY" and "image.txt" in c.value[0]]

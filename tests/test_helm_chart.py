@@ -17,8 +17,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from triton_tts.repository import PROJECT_ROOT
-
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
 CHART = PROJECT_ROOT / "helm" / "triton-tts"
 VALUE_SETS = sorted((CHART / "ci").glob("*-values.yaml"))
 # The chart's kubeVersion floor and the newest schemas kubernetes-validate ships.

@@ -15,7 +15,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from triton_tts import model_configs
 from triton_tts.model_configs import GPU_VARIANTS, BuildOptions, VoiceModels, parse
-from triton_tts.repository import DEFAULT_REPOSITORY
+from triton_tts.paths import repository_template
 
 VARIANTS = ("cpu", *GPU_VARIANTS)
 
@@ -30,7 +30,7 @@ def load_variant(variant: str, rendered: dict[str, str]) -> dict[str, mc.ModelCo
 
 def test_committed_configs_are_the_renderer_output() -> None:
     for relative, text in model_configs.render().items():
-        committed = (DEFAULT_REPOSITORY / relative).read_text(encoding="utf-8")
+        committed = (repository_template() / relative).read_text(encoding="utf-8")
         assert committed == text, f"{relative} drifted: run triton-tts build-repo"
 
 

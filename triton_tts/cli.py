@@ -15,6 +15,7 @@ import signal
 import sys
 from pathlib import Path
 
+from triton_tts import paths
 from triton_tts.client.cli import (
     add_connection_arguments,
     add_say_arguments,
@@ -24,12 +25,7 @@ from triton_tts.client.cli import (
     voices,
 )
 from triton_tts.model_configs import BuildOptions
-from triton_tts.repository import (
-    DEFAULT_REPOSITORY,
-    DEFAULT_VOICE_DIR,
-    build_repository,
-    ensure_default_voice,
-)
+from triton_tts.repository import build_repository, ensure_default_voice
 
 log = logging.getLogger("triton_tts")
 
@@ -74,7 +70,7 @@ def build_options(args: argparse.Namespace) -> BuildOptions:
 
 
 def _voice_dirs(args: argparse.Namespace) -> list[Path]:
-    dirs: list[Path] = args.voice or [DEFAULT_VOICE_DIR]
+    dirs: list[Path] = args.voice or [paths.default_voice_dir()]
     for folder in dirs:
         ensure_default_voice(folder)
     return dirs
@@ -176,7 +172,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--voice", type=Path, action="append", help="voice folder; repeat to serve several (first = default)"
     )
-    serve.add_argument("--model-repository", type=Path, default=DEFAULT_REPOSITORY)
+    serve.add_argument(
+        "--model-repository",
+        type=Path,
+        default=paths.default_build_dir(),
+        help="repository to build and serve",
+    )
     serve.add_argument("--http-port", type=int, default=8000)
     serve.add_argument("--grpc-port", type=int, default=8001)
     serve.add_argument("--metrics-port", type=int, default=8002)
@@ -215,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a copy of a voice with a static INT8 vocoder, checked against FP32",
         formatter_class=defaults,
     )
-    int8.add_argument("--voice", type=Path, default=DEFAULT_VOICE_DIR, help="FP32 voice folder")
+    int8.add_argument("--voice", type=Path, default=paths.default_voice_dir(), help="FP32 voice folder")
     int8.add_argument("--out", type=Path, required=True, help="voice folder to write")
     int8.set_defaults(func=cmd_export_int8)
     coqui_parser = export_sub.add_parser(
@@ -234,7 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument(
         "--voice", type=Path, action="append", help="voice folder; repeat for several (first = default)"
     )
-    build.add_argument("--out", type=Path, default=DEFAULT_REPOSITORY, help="repository to fill")
+    build.add_argument("--out", type=Path, default=paths.default_build_dir(), help="repository to build")
     add_build_options(build)
     build.set_defaults(func=cmd_build_repo)
     return parser

@@ -1,7 +1,9 @@
 """Fill the model repository with a voice: ONNX files, voice description, warm-up data.
 
-The repository's configs and Python model code are committed; what a voice brings
-(ONNX files, ``voice.json``, warm-up tensors) is generated into place and ignored by git.
+The repository's configs and Python model code are committed (the template, shipped as
+package data); a build copies them to a folder of its own (``paths.default_build_dir()``)
+and adds what each voice brings (ONNX files, ``voice.json``, warm-up tensors), so running
+the product never changes the template.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from triton_tts import model_configs
+from triton_tts import model_configs, paths
 from triton_tts.model_configs import (
     CHUNK_MODEL,
     VOICE_SEPARATOR,
@@ -32,11 +34,6 @@ from triton_tts.voice import ACOUSTIC_FILE, VOCODER_FILE, VOCODER_UNPADDED_FILE,
 
 log = logging.getLogger(__name__)
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-# The committed repository (configs + model code): the checkout's, or wherever an
-# installed copy put it (the container image sets TRITON_TTS_REPOSITORY_TEMPLATE).
-DEFAULT_REPOSITORY = Path(os.environ.get("TRITON_TTS_REPOSITORY_TEMPLATE", PROJECT_ROOT / "model_repository"))
-DEFAULT_VOICE_DIR = PROJECT_ROOT / "voices" / "joe"
 STAGES = ("preprocess", "acoustic", "vocoder", "postprocess")
 VOICE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 WARMUP_TEXT = "Warming up the voice, so that the first request is fast."
@@ -115,7 +112,7 @@ def with_voices(options: BuildOptions, voices: Sequence[tuple[Voice, Path]]) -> 
 
 def with_voice(options: BuildOptions, voice: Voice, voice_dir: Path | None = None) -> BuildOptions:
     """Single-voice form of :func:`with_voices`."""
-    return with_voices(options, [(voice, voice_dir or DEFAULT_VOICE_DIR)])
+    return with_voices(options, [(voice, voice_dir or paths.default_voice_dir())])
 
 
 def _stage_files(voice: Voice, voice_dir: Path) -> dict[str, list[tuple[Path, str]]]:
@@ -138,24 +135,29 @@ def _stage_files(voice: Voice, voice_dir: Path) -> dict[str, list[tuple[Path, st
 
 
 def build_repository(
-    voice_dirs: Path | Sequence[Path] = DEFAULT_VOICE_DIR,
-    repo: Path = DEFAULT_REPOSITORY,
+    voice_dirs: Path | Sequence[Path] | None = None,
+    repo: Path | None = None,
     options: BuildOptions | None = None,
 ) -> Path:
-    """Put the voices into ``repo`` (copying the committed model code first if elsewhere)
-    and render every config for ``options`` (default: the committed defaults). The first
-    voice is the default; each further voice gets its own suffixed copy of the stages."""
+    """Copy the template's model code into ``repo`` (default: the build folder), put the
+    voices (default: the bundled one) into it and render every config for ``options``
+    (default: the committed defaults). The first voice is the default; each further voice
+    gets its own suffixed copy of the stages."""
+    if voice_dirs is None:
+        voice_dirs = paths.default_voice_dir()
     dirs = [Path(voice_dirs)] if isinstance(voice_dirs, str | Path) else [Path(d) for d in voice_dirs]
-    repo = Path(repo)
+    repo = Path(repo) if repo is not None else paths.default_build_dir()
+    template = paths.repository_template()
+    if repo.resolve() == template.resolve():
+        raise ValueError(f"{repo} is the repository template: build into another folder")
     voices = [(Voice.load(d), d) for d in dirs]
     options = with_voices(options or BuildOptions(), voices)
-    if repo.resolve() != DEFAULT_REPOSITORY.resolve():
-        shutil.copytree(
-            DEFAULT_REPOSITORY,
-            repo,
-            dirs_exist_ok=True,
-            ignore=shutil.ignore_patterns("*.onnx", "*.plan", "__pycache__", "warmup", VOICE_FILE),
-        )
+    shutil.copytree(
+        template,
+        repo,
+        dirs_exist_ok=True,
+        ignore=shutil.ignore_patterns("*.onnx", "*.plan", "__pycache__", "warmup", VOICE_FILE),
+    )
     # Voices of an earlier build that this one does not serve would still load: remove.
     wanted = {m.model(stage) for m in options.voices for stage in (*STAGES, CHUNK_MODEL)}
     for stale in repo.glob(f"*{VOICE_SEPARATOR}*"):
@@ -165,7 +167,7 @@ def build_repository(
         for stage, files in _stage_files(voice, voice_dir).items():
             target = repo / models.model(stage) / "1"
             if not models.default:  # the stage's model code, from the default's folder
-                _place(DEFAULT_REPOSITORY / stage / "1" / "model.py", target / "model.py")
+                _place(template / stage / "1" / "model.py", target / "model.py")
             for source, name in files:
                 _place(source, target / name)
             # Graphs an earlier voice left here would be loaded for this one (a vocoder's
@@ -182,12 +184,12 @@ def build_repository(
     return repo
 
 
-def ensure_default_voice(voice_dir: Path = DEFAULT_VOICE_DIR) -> Path:
+def ensure_default_voice(voice_dir: Path | None = None) -> Path:
     """Export the bundled Piper voice on first use (later runs reuse the folder)."""
-    voice_dir = Path(voice_dir)
+    voice_dir = Path(voice_dir) if voice_dir is not None else paths.default_voice_dir()
     if (voice_dir / VOICE_FILE).exists():
         return voice_dir
-    if voice_dir.resolve() != DEFAULT_VOICE_DIR.resolve():
+    if voice_dir.resolve() != paths.default_voice_dir().resolve():
         raise SystemExit(f"no voice at {voice_dir} (export one with 'triton-tts export')")
     from triton_tts.export.piper import bundled_joe_paths, export_piper_voice
 

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
+from triton_tts import paths
+
 log = logging.getLogger(__name__)
 
 READY_TIMEOUT_S = 300.0  # warm-up of every model happens before Triton reports ready
@@ -39,11 +41,6 @@ def tritonserver_binary() -> Path:
     return pytriton_dir() / "bin" / "tritonserver"
 
 
-def cache_dir() -> Path:
-    base = os.environ.get("TRITON_TTS_CACHE") or os.environ.get("XDG_CACHE_HOME")
-    return Path(base) / "triton-tts" if base else Path.home() / ".cache" / "triton-tts"
-
-
 def backend_directory() -> Path:
     """A backend dir whose python/ entry links to the wheel's backend and matching stub."""
     wheel = pytriton_dir()
@@ -51,7 +48,7 @@ def backend_directory() -> Path:
     stub = wheel / "python_backend_stubs" / version / "triton_python_backend_stub"
     if not stub.exists():
         raise RuntimeError(f"nvidia-pytriton has no Python-backend stub for Python {version}")
-    python_dir = cache_dir() / "backends" / "python"
+    python_dir = paths.cache_dir() / "backends" / "python"
     python_dir.mkdir(parents=True, exist_ok=True)
     links = {
         "libtriton_python.so": wheel / "backends" / "python" / "libtriton_python.so",
@@ -77,6 +74,11 @@ def server_environment() -> dict[str, str]:
     env = dict(os.environ)
     scripts = sysconfig.get_path("scripts")  # this interpreter's bin/ (the venv's)
     env["PATH"] = os.pathsep.join([scripts, env.get("PATH", "")])
+    # The stub embeds this interpreter's libpython; a Python built with a shared libpython
+    # outside the loader's paths (pyenv's, say) needs its folder on LD_LIBRARY_PATH.
+    libdir = sysconfig.get_config_var("LIBDIR")
+    if libdir and sysconfig.get_config_var("Py_ENABLE_SHARED"):
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [env.get("LD_LIBRARY_PATH"), libdir]))
     # Models size their own onnxruntime thread pools; keep OpenMP/BLAS from adding more.
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("PYTHONUNBUFFERED", "1")
@@ -177,18 +179,14 @@ class TritonServer:
 def default_voice_server(
     repo: Path | None = None, log_file: Path | None = None, voice_dir: Path | Sequence[Path] | None = None
 ) -> Iterator[TritonServer]:
-    """A voice (default: the bundled one, exported if needed) served on free ports until exit.
-
-    Other voices (one folder, or several: the first is the default) are built into a
-    temporary repository, so the committed configs (rendered for the default voice) stay
-    as they are.
-    """
+    """A voice (default: the bundled one, exported if needed) served on free ports until exit,
+    from ``repo`` or a temporary repository built for it."""
     import tempfile
 
-    from triton_tts.repository import DEFAULT_REPOSITORY, build_repository, ensure_default_voice
+    from triton_tts.repository import build_repository, ensure_default_voice
 
     with tempfile.TemporaryDirectory(prefix="triton-tts-") as scratch:
-        target = repo or (Path(scratch) / "model_repository" if voice_dir else DEFAULT_REPOSITORY)
+        target = repo or Path(scratch) / "model_repository"
         built = build_repository(voice_dir or ensure_default_voice(), target)
         with TritonServer(
             built, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(), log_file=log_file

@@ -1,0 +1,235 @@
+"""The image's install, proven without Docker: the wheel on the image's Python, serving.
+
+The Triton image (nvcr.io/nvidia/tritonserver:24.10-py3) runs Python 3.10, and its
+Python-backend stub embeds that interpreter. This test does what the Dockerfile does, on
+Python 3.10 (pyenv's, fetched wheels from `make setup`, no network): build the wheel from
+the committed tree, install it with exactly ``requirements/image.txt`` into a fresh
+virtualenv, then run ``triton-tts serve`` from that install, from a folder that is not the
+checkout, and check one sentence with the speech recogniser. The nvidia-pytriton wheel
+stands in for the image's own tritonserver (same release, 2.51.0; it ships a 3.10 stub).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from packaging.requirements import Requirement
+
+from tests.helpers import tts_inputs
+from triton_tts.intelligibility import transcribe, word_error_rate
+from triton_tts.server import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+WHEELHOUSE = ROOT / ".wheelhouse" / "py310"
+IMAGE_REQUIREMENTS = ROOT / "requirements" / "image.txt"
+IMAGE_PYTHON = "3.10"
+SENTENCE = "Please call me back when you get home."
+SERVE_TIMEOUT_S = 300.0
+
+
+def pinned(lines: list[str]) -> dict[str, str]:
+    """name -> version of every ``name==version`` line (comments and blanks skipped)."""
+    pins = {}
+    for raw in lines:
+        line = raw.split("#", 1)[0].strip()
+        if line:
+            req = Requirement(line)
+            pins[canonical(req.name)] = str(req.specifier).removeprefix("==")
+    return pins
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def project_requirements(python: str, extra: str = "") -> dict[str, str]:
+    """pyproject.toml's pins that apply on ``python`` (``extra``: one optional group)."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    lines = project["optional-dependencies"][extra] if extra else project["dependencies"]
+    pins = {}
+    for line in lines:
+        req = Requirement(line)
+        if req.marker is None or req.marker.evaluate({"python_version": python}):
+            (spec,) = req.specifier
+            pins[canonical(req.name)] = spec.version
+    return pins
+
+
+def image_python() -> Path:
+    """PY310 (as `make` passes it), or pyenv's 3.10 (pyenv's shims only run the global one)."""
+    found = os.environ.get("PY310", "")
+    if not found:
+        prefix = subprocess.run(
+            ["pyenv", "prefix", "3.10.13"], capture_output=True, text=True, check=False
+        ).stdout.strip()
+        found = f"{prefix}/bin/python{IMAGE_PYTHON}" if prefix else ""
+    if not found or not Path(found).exists():
+        pytest.fail(f"no Python {IMAGE_PYTHON} (the Triton image's): `make setup` needs it (PY310=...)")
+    return Path(found)
+
+
+def run(cmd: Sequence[object], cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(
+        [str(c) for c in cmd], capture_output=True, text=True, check=False, cwd=cwd, env=env
+    )
+    assert done.returncode == 0, f"{' '.join(map(str, cmd))}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return str(done.stdout)
+
+
+def committed_tree(target: Path) -> Path:
+    """The files a fresh clone has (tracked, or new and not ignored): no voices, no builds."""
+    listed = run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT).split("\0")
+    for relative in filter(None, listed):
+        source = ROOT / relative
+        if source.is_file() and not source.is_symlink():
+            (target / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target / relative)
+        elif source.exists():
+            raise AssertionError(f"{relative} is a link or special file: a wheel would not carry it")
+    return target
+
+
+def test_image_requirements_pin_what_pyproject_pins() -> None:
+    """One owner: pyproject.toml decides the direct pins; the image set agrees for 3.10."""
+    image = pinned(IMAGE_REQUIREMENTS.read_text(encoding="utf-8").splitlines())
+    for name, version in project_requirements(IMAGE_PYTHON).items():
+        assert image.get(name) == version, f"{name}: pyproject {version}, image set {image.get(name)}"
+    # The 3.11+ pin differs only where 3.10 has no wheel; both are exercised by `make test`.
+    assert project_requirements(IMAGE_PYTHON)["onnxruntime"] == "1.23.2"
+
+
+@pytest.fixture(scope="module")
+def image_install(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh Python 3.10 virtualenv with the wheel and the image's requirement set."""
+    if not (WHEELHOUSE / ".complete").exists():
+        pytest.fail(f"no wheels at {WHEELHOUSE}: run `make setup`")
+    python = image_python()
+    scratch = tmp_path_factory.mktemp("image")
+    source = committed_tree(scratch / "src")
+    offline = ["--no-index", "--find-links", WHEELHOUSE]
+    dist = scratch / "dist"
+    run([python, "-m", "pip", "wheel", "-q", "--no-deps", *offline, "-w", dist, source])
+    (wheel,) = dist.glob("triton_tts-*.whl")
+    venv = scratch / "venv"
+    run([python, "-m", "venv", venv])
+    local_server = [f"{n}=={v}" for n, v in project_requirements(IMAGE_PYTHON, "local-server").items()]
+    run([venv / "bin" / "pip", "install", "-q", *offline, "-r", IMAGE_REQUIREMENTS, wheel, *local_server])
+    return venv
+
+
+def test_installed_versions_are_the_image_set(image_install: Path) -> None:
+    freeze = run([image_install / "bin" / "pip", "freeze"]).splitlines()
+    installed = pinned([line for line in freeze if "==" in line])
+    for name, version in pinned(IMAGE_REQUIREMENTS.read_text(encoding="utf-8").splitlines()).items():
+        assert installed.get(name) == version, f"{name}: want {version}, installed {installed.get(name)}"
+    assert any(line.startswith("triton-tts @ file:") for line in freeze), freeze  # from the wheel
+
+
+def test_the_installed_package_is_whole_and_finds_its_data(image_install: Path, tmp_path: Path) -> None:
+    """Real files, no links; client, export and the repository template importable from
+    site-packages, whatever the working folder."""
+    probe = (
+        "import json, pathlib, triton_tts, triton_tts.client, triton_tts.export.piper\n"
+        "from triton_tts import paths\n"
+        "package = pathlib.Path(triton_tts.__file__).parent\n"
+        "links = [str(p) for p in package.rglob('*') if p.is_symlink()]\n"
+        "print(json.dumps({'package': str(package), 'links': links,\n"
+        "  'template': str(paths.repository_template()),\n"
+        "  'client': triton_tts.client.__file__, 'voice': str(paths.default_voice_dir())}))\n"
+    )
+    import json
+
+    env = {**os.environ, "TRITON_TTS_HOME": str(tmp_path / "home")}
+    env.pop("TRITON_TTS_REPOSITORY_TEMPLATE", None)
+    found = json.loads(run([image_install / "bin" / "python", "-c", probe], cwd=tmp_path, env=env))
+    package = Path(found["package"])
+    assert "site-packages" in package.parts and found["links"] == []
+    template = Path(found["template"])
+    assert template == package / "model_repository"
+    for model in ("preprocess", "acoustic", "vocoder", "postprocess", "tts", "tts_stream"):
+        assert (template / model / "1" / "model.py").is_file()
+        assert (template / model / "config.pbtxt").is_file()
+    assert not list(template.rglob("*.onnx")) and not list(template.rglob("voice.json"))
+    assert Path(found["client"]).is_relative_to(package)
+    assert Path(found["voice"]) == tmp_path / "home" / "voices" / "joe"
+
+
+def test_plain_pip_install_of_the_source_tree(tmp_path: Path) -> None:
+    """`pip install .` (not editable) gives the same real files as the wheel."""
+    python = image_python()
+    source = committed_tree(tmp_path / "src")
+    target = tmp_path / "site"
+    run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--find-links", WHEELHOUSE,
+         "--target", target, source])  # fmt: skip
+    package = target / "triton_tts"
+    for relative in ("client/tts_client.py", "export/piper.py", "model_repository/vocoder/1/model.py"):
+        assert (package / relative).is_file() and not (package / relative).is_symlink(), relative
+
+
+def test_the_image_install_serves_an_intelligible_sentence(image_install: Path, tmp_path: Path) -> None:
+    """`triton-tts serve` from the 3.10 install: default voice exported into its home,
+    repository built from the packaged template, real tritonserver with the 3.10 stub."""
+    http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("VIRTUAL_ENV", "PYTHONPATH", "TRITON_TTS_REPOSITORY_TEMPLATE")
+    }
+    env["TRITON_TTS_HOME"] = str(tmp_path / "home")
+    env["TRITON_TTS_CACHE"] = str(tmp_path / "cache")
+    # The image's PATH: its own Python first, never this test's virtualenv.
+    env["PATH"] = os.pathsep.join(
+        [str(image_install / "bin")]
+        + [p for p in env.get("PATH", "").split(os.pathsep) if not p.startswith(sys.prefix)]
+    )
+    log = (tmp_path / "serve.log").open("w", encoding="utf-8")
+    serve = subprocess.Popen(
+        [str(image_install / "bin" / "triton-tts"), "serve", f"--http-port={http_port}",
+         f"--grpc-port={grpc_port}", f"--metrics-port={metrics_port}"],
+        cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    client = httpclient.InferenceServerClient(f"localhost:{http_port}", network_timeout=120)
+    try:
+        deadline = time.monotonic() + SERVE_TIMEOUT_S
+        while not _ready(client):
+            assert serve.poll() is None, (tmp_path / "serve.log").read_text(encoding="utf-8")[-4000:]
+            assert time.monotonic() < deadline, "not ready in time"
+            time.sleep(1.0)
+        result = client.infer("tts", tts_inputs(httpclient, SENTENCE, NOISE_SCALE=0.0, NOISE_W=0.0))
+        audio = result.as_numpy("AUDIO").reshape(-1)
+        rate = int(result.as_numpy("SAMPLE_RATE").reshape(-1)[0])
+        heard = transcribe(audio, rate)
+        assert rate == 22050 and np.isfinite(audio).all()
+        assert word_error_rate([SENTENCE], [heard]) <= 0.25, heard
+        built = tmp_path / "home" / "build" / "model_repository"
+        assert (built / "acoustic" / "1" / "model.onnx").exists()  # built where configured
+    finally:
+        client.close()
+        serve.send_signal(signal.SIGINT)
+        try:
+            serve.wait(60)
+        except subprocess.TimeoutExpired:
+            serve.kill()
+            serve.wait()
+        log.close()
+    assert serve.returncode == 0, (tmp_path / "serve.log").read_text(encoding="utf-8")[-4000:]
+
+
+def _ready(client: httpclient.InferenceServerClient) -> bool:
+    try:
+        return bool(client.is_server_ready())
+    except Exception:  # not listening yet
+        return False
