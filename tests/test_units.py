@@ -78,6 +78,36 @@ def test_threads_never_oversubscribe() -> None:
     assert resolve_threads("3", 1) == 3
 
 
+def test_auto_threads_honour_the_containers_cpu_quota(tmp_path, monkeypatch) -> None:
+    """A pod limited to 2 CPUs on a 64-core node sizes its pools for 2 (cgroup v2 and v1)."""
+    import os
+
+    from triton_tts.onnx_session import available_cores, cgroup_cpu_limit
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)))
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    (v2 / "cpu.max").write_text("200000 100000\n", encoding="utf-8")
+    assert cgroup_cpu_limit(v2) == 2.0
+    assert available_cores(v2) == 2
+    assert resolve_threads("auto", 1, v2) == 2 and resolve_threads("auto", 2, v2) == 1
+    (v2 / "cpu.max").write_text("150000 100000\n", encoding="utf-8")  # 1.5 CPUs: one thread
+    assert available_cores(v2) == 1
+    (v2 / "cpu.max").write_text("50000 100000\n", encoding="utf-8")  # half a CPU: still one
+    assert resolve_threads("auto", 2, v2) == 1
+    (v2 / "cpu.max").write_text("max 100000\n", encoding="utf-8")  # no limit: the affinity
+    assert cgroup_cpu_limit(v2) is None and available_cores(v2) == 64
+    v1 = tmp_path / "v1" / "cpu"
+    v1.mkdir(parents=True)
+    (v1 / "cpu.cfs_quota_us").write_text("400000\n", encoding="utf-8")
+    (v1 / "cpu.cfs_period_us").write_text("100000\n", encoding="utf-8")
+    assert available_cores(v1.parent) == 4
+    (v1 / "cpu.cfs_quota_us").write_text("-1\n", encoding="utf-8")
+    assert available_cores(v1.parent) == 64
+    assert available_cores(tmp_path / "none") == 64  # no cgroup files: the affinity
+    assert resolve_threads("3", 1, v2) == 3  # an explicit count is the operator's choice
+
+
 def test_runners_give_the_same_audio_alone_or_padded_together(voice_dir, phonemizer, voice) -> None:
     """The CPU stages' in-model batching: padded runs of several items equal runs of one."""
     from triton_tts.stages import AcousticRunner, RunFailed, VocoderRunner
