@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -43,3 +44,9 @@ def model_counts(client: httpclient.InferenceServerClient, model: str) -> tuple[
     """(inference_count, execution_count) from Triton's own statistics."""
     stats = client.get_inference_statistics(model)["model_stats"][0]
     return int(stats["inference_count"]), int(stats["execution_count"])
+
+
+def dims_compatible(a: Sequence[int], b: Sequence[int]) -> bool:
+    """Triton's rule for two shapes that must agree (ensemble steps, a request against a
+    config): same rank, and each dim equal unless either side is -1 (any size)."""
+    return len(a) == len(b) and all(x == y or -1 in (x, y) for x, y in zip(a, b, strict=True))

@@ -259,9 +259,16 @@ def vocoder(opts: BuildOptions, voice: VoiceModels, variant: str = "cpu") -> mc.
             "max_padded_frames": str(opts.max_padded_frames),
         },
     )
-    _tensor(config.input, "LATENT", mc.TYPE_FP32, [-1, -1], ragged=variant == "cpu")
+    native = variant != "cpu"
+    # The native onnxruntime backend refuses to load a config that leaves open an input
+    # dim the graph fixes, and Coqui vocoders fix their channels: native configs name
+    # them. The acoustic LATENT output stays [-1, -1] (onnxruntime compares outputs
+    # exactly and the acoustic graphs leave channels symbolic); Triton's ensemble accepts
+    # a -1 feeding a fixed dim and checks the real shape per request.
+    channels = voice.latent_channels if native else -1
+    _tensor(config.input, "LATENT", mc.TYPE_FP32, [channels, -1], ragged=not native)
     if voice.vocoder_speaker:
-        _tensor(config.input, "SPEAKER_ID", mc.TYPE_INT64, [1], reshape=[] if variant != "cpu" else None)
+        _tensor(config.input, "SPEAKER_ID", mc.TYPE_INT64, [1], reshape=[] if native else None)
     _tensor(config.output, "WAVEFORM", mc.TYPE_FP32, [-1])
     warmup = config.model_warmup.add()
     warmup.name = "latent"

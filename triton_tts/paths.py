@@ -64,17 +64,14 @@ def default_build_dir() -> Path:
 
 def _editable_source() -> Path | None:
     """The source tree of an editable install, from pip's record of it (PEP 610)."""
-    try:
-        record = metadata.distribution(DISTRIBUTION).read_text("direct_url.json")
-    except metadata.PackageNotFoundError:
-        return None
-    if not record:
-        return None
-    url = json.loads(record)
-    if not url.get("dir_info", {}).get("editable"):
-        return None
-    parsed = urlparse(url["url"])
-    return Path(unquote(parsed.path)) if parsed.scheme == "file" else None
+    # Every record, not the first: a stale *.egg-info in the working folder is one too.
+    for dist in metadata.distributions(name=DISTRIBUTION):
+        record = dist.read_text("direct_url.json")
+        url = json.loads(record) if record else {}
+        parsed = urlparse(url.get("url", ""))
+        if url.get("dir_info", {}).get("editable") and parsed.scheme == "file":
+            return Path(unquote(parsed.path))
+    return None
 
 
 def repository_template() -> Path:
