@@ -11,6 +11,10 @@ TensorRT 10.5): engines are not portable across GPUs or TensorRT versions. ::
     # or print the equivalent trtexec commands:
     python -m triton_tts.export.tensorrt --repo model_repository --print-trtexec
 
+    # reuse engines across starts: a hit is copied into place, a miss is built and stored
+    # (keyed by GPU model, TensorRT version and the graph, profile and precision):
+    python -m triton_tts.export.tensorrt --repo model_repository --cache-dir /engine-cache
+
 Dynamic shapes need an optimisation profile per input (min/opt/max). The profiles below
 cover what the repository sends: any batch up to the configs' max_batch_size, phoneme
 rows up to MAX_PHONEMES (preprocess pads to buckets), latents up to MAX_FRAMES (a
@@ -22,8 +26,16 @@ its durations are rounded up per phoneme and small errors change frame counts.
 from __future__ import annotations
 
 import argparse
+import functools
+import hashlib
+import json
 import logging
+import os
+import re
+import shutil
 import subprocess
+import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -157,6 +169,180 @@ def build_engine(onnx_path: Path, plan: Path, profile: Profile, fp16: bool) -> P
     return plan
 
 
+# --- engine cache ---------------------------------------------------------------------
+# An engine is valid only for the GPU model and TensorRT version that built it, and only
+# for the graph, optimisation profile and precision it was built from: all of them are
+# in the key, so a cache can be shared by mixed GPU pools and image versions, and a
+# changed graph or profile never reuses a stale engine.
+
+ENGINE_CACHE_FORMAT = 1  # in every key: bump when what a key covers changes
+GPU_NAME_ENV = "TRITON_TTS_GPU_NAME"
+TENSORRT_VERSION_ENV = "TRITON_TTS_TENSORRT_VERSION"
+# trtexec's first line: "&&&& RUNNING TensorRT.trtexec [TensorRT v100500] [b18] # ..."
+TRTEXEC_BANNER = re.compile(r"\[TensorRT v(\d+)\](?:\s*\[b(\d+)\])?")
+
+
+@dataclass(frozen=True)
+class BuildTarget:
+    """What a serialised engine runs on: the GPU model and the TensorRT that built it."""
+
+    gpu_name: str
+    tensorrt_version: str
+
+
+def onnx_sha256(onnx_path: Path) -> str:
+    """Hash of the graph file and of the external weight files its initializers name."""
+    from onnx.external_data_helper import ExternalDataInfo, uses_external_data
+
+    graph = onnx.load(str(onnx_path), load_external_data=False).graph
+    external = sorted({ExternalDataInfo(t).location for t in graph.initializer if uses_external_data(t)})
+    digest = hashlib.sha256()
+    for path in [onnx_path, *(onnx_path.parent / name for name in external)]:
+        digest.update(f"{path.name}\0".encode())
+        with path.open("rb") as stream:
+            for block in iter(lambda: stream.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def engine_cache_key(onnx_sha256: str, profile: Profile, fp16: bool, target: BuildTarget) -> str:
+    fields = {
+        "format": ENGINE_CACHE_FORMAT,
+        "onnx_sha256": onnx_sha256,
+        "profile": {name: [list(shape) for shape in shapes] for name, shapes in profile.shapes.items()},
+        "precision": "fp16" if fp16 else "fp32",
+        "gpu": target.gpu_name,
+        "tensorrt": target.tensorrt_version,
+    }
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+
+
+def cached_plan_path(cache_dir: Path, key: str, target: BuildTarget) -> Path:
+    """``<cache>/<gpu>/tensorrt-<version>/<key>.plan``: the key alone decides; the folders
+    show what each GPU model and TensorRT version left behind, for pruning."""
+
+    def slug(text: str) -> str:
+        return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "unknown"
+
+    return cache_dir / slug(target.gpu_name) / f"tensorrt-{slug(target.tensorrt_version)}" / f"{key}.plan"
+
+
+def tensorrt_version_from_banner(text: str) -> str | None:
+    """``[TensorRT v100500] [b18]`` -> ``10.5.0+b18`` (TensorRT 8 wrote 8.6.1 as ``v8601``)."""
+    match = TRTEXEC_BANNER.search(text)
+    if match is None:
+        return None
+    number = int(match.group(1))
+    major, minor = (
+        (number // 10000, number // 100 % 100) if number >= 10000 else (number // 1000, number // 100 % 10)
+    )
+    version = f"{major}.{minor}.{number % 100}"
+    return f"{version}+b{match.group(2)}" if match.group(2) else version
+
+
+def detect_gpu_name(override: str | None = None) -> str | None:
+    """The first GPU's model, as nvidia-smi names it (the engine is built on that one)."""
+    if override:
+        return override.strip()
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            encoding="utf-8",
+            timeout=60,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    names = [line.strip() for line in done.stdout.splitlines() if line.strip()]
+    return names[0] if names else None
+
+
+def detect_tensorrt_version(override: str | None = None, trtexec: str | None = None) -> str | None:
+    """The version of the TensorRT that builds: ``trtexec``'s banner, or the Python package's."""
+    if override:
+        return override.strip()
+    if trtexec:
+        try:
+            done = subprocess.run(
+                [trtexec, "--help"], capture_output=True, text=True, encoding="utf-8", timeout=60, check=False
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return tensorrt_version_from_banner(done.stdout + done.stderr)
+    try:
+        import tensorrt as trt
+    except ImportError:
+        return None
+    return str(trt.__version__)
+
+
+def _atomic_copy(source: Path, target: Path) -> None:
+    """Readers see the old file or the whole new one, never part of it; concurrent
+    writers of the same engine each rename a complete copy into place."""
+    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    os.close(handle)
+    try:
+        shutil.copyfile(source, temporary)
+        os.replace(temporary, target)
+    finally:
+        Path(temporary).unlink(missing_ok=True)
+
+
+def restore_cached_plan(cached: Path, plan: Path) -> bool:
+    """Copy a cached engine into place (a hit); False on a miss. The model folder and the
+    cache are different volumes (and only the export container mounts the cache): copy."""
+    if not cached.is_file():
+        return False
+    try:
+        _atomic_copy(cached, plan)
+    except OSError as error:
+        log.warning("cached engine %s unreadable (%s): rebuilding", cached, error)
+        return False
+    return True
+
+
+def store_cached_plan(plan: Path, cached: Path) -> None:
+    """A cache that cannot be written costs the next start a rebuild, never this one."""
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        _atomic_copy(plan, cached)
+    except OSError as error:
+        log.warning("engine not stored in the cache at %s (%s): the next start rebuilds it", cached, error)
+
+
+def build_cached(
+    onnx_path: Path,
+    plan: Path,
+    profile: Profile,
+    fp16: bool,
+    cache_dir: Path,
+    target: BuildTarget,
+    build: Callable[[], object],
+) -> bool:
+    """Put the engine for ``onnx_path`` at ``plan``: from the cache when it holds one for
+    this graph, profile, precision, GPU model and TensorRT version (True), else ``build()``
+    it and store it (False)."""
+    cached = cached_plan_path(
+        cache_dir, engine_cache_key(onnx_sha256(onnx_path), profile, fp16, target), target
+    )
+    if restore_cached_plan(cached, plan):
+        log.info("%s: engine reused from %s", plan, cached)
+        return True
+    build()
+    store_cached_plan(plan, cached)
+    log.info("%s: engine built and stored as %s", plan, cached)
+    return False
+
+
+def build_plan(onnx_path: Path, plan: Path, profile: Profile, fp16: bool, trtexec: str | None) -> None:
+    if trtexec:
+        subprocess.run([trtexec, *trtexec_command(onnx_path, plan, profile, fp16)[1:]], check=True)
+    else:
+        build_engine(onnx_path, plan, profile, fp16)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
@@ -168,18 +354,47 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--trtexec", help="build with this trtexec binary instead of the tensorrt Python package"
     )
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        help="reuse engines stored here and store the ones built (keyed by GPU model, TensorRT "
+        "version, graph, profile and precision)",
+    )
+    parser.add_argument(
+        "--gpu-name",
+        default=os.environ.get(GPU_NAME_ENV),
+        help=f"GPU model in the cache key (env {GPU_NAME_ENV}; unset: nvidia-smi's name of the first GPU)",
+    )
+    parser.add_argument(
+        "--tensorrt-version",
+        default=os.environ.get(TENSORRT_VERSION_ENV),
+        help=f"TensorRT version in the cache key (env {TENSORRT_VERSION_ENV}; unset: from the builder)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    target = None
+    if args.cache_dir and not args.print_trtexec:
+        gpu = detect_gpu_name(args.gpu_name)
+        version = detect_tensorrt_version(args.tensorrt_version, args.trtexec)
+        if gpu and version:
+            target = BuildTarget(gpu, version)
+        else:  # a key without them could hand out an engine built for another GPU or TensorRT
+            log.warning(
+                "engine cache %s not used: GPU model (%s) or TensorRT version (%s) unknown; "
+                "set --gpu-name / --tensorrt-version",
+                args.cache_dir, gpu, version,
+            )  # fmt: skip
     for onnx_path, stage, profile in engines(args.repo, args.max_batch_size):
         plan = onnx_path.with_name("model.plan")
         fp16 = stage in args.fp16
-        command = trtexec_command(onnx_path, plan, profile, fp16)
         if args.print_trtexec:
-            print(" ".join(command))
-        elif args.trtexec:
-            subprocess.run([args.trtexec, *command[1:]], check=True)
+            print(" ".join(trtexec_command(onnx_path, plan, profile, fp16)))
+            continue
+        build = functools.partial(build_plan, onnx_path, plan, profile, fp16, args.trtexec)
+        if target is not None:
+            build_cached(onnx_path, plan, profile, fp16, args.cache_dir, target, build)
         else:
-            build_engine(onnx_path, plan, profile, fp16)
+            build()
 
 
 if __name__ == "__main__":

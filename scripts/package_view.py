@@ -15,8 +15,9 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -25,15 +25,21 @@ KUBERNETES_VERSIONS = ["1.27.0", kubernetes_validate.latest_version()]
 CUSTOM_RESOURCES = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"),
     ("monitoring.coreos.com/v1", "PodMonitor"),
+    ("monitoring.coreos.com/v1", "PrometheusRule"),
 }
+
+
+def required_tool(name: str, fetched_by: str) -> Path:
+    """A tool `make setup` puts in .tools/ (or $NAME): missing is a failure, never a skip."""
+    binary = Path(os.environ.get(name.upper(), PROJECT_ROOT / ".tools" / name))
+    if not binary.exists():
+        pytest.fail(f"no {name} at {binary}: run `make setup` ({fetched_by})")
+    return binary
 
 
 @pytest.fixture(scope="session")
 def helm() -> Path:
-    binary = Path(os.environ.get("HELM", PROJECT_ROOT / ".tools" / "helm"))
-    if not binary.exists():
-        pytest.fail(f"no helm at {binary}: run `make setup` (scripts/fetch_helm.py)")
-    return binary
+    return required_tool("helm", "scripts/fetch_helm.py")
 
 
 def render(helm: Path, *args: str) -> list[dict[str, Any]]:
@@ -70,8 +76,8 @@ def test_lint_and_strict_schema_validation(helm: Path, values: Path) -> None:
     docs = render(helm, "-f", str(values))
     assert {"Deployment", "Service"} <= {d["kind"] for d in docs}
     for doc in docs:
-        if (doc["apiVersion"], doc["kind"]) in CUSTOM_RESOURCES:
-            assert doc["spec"]["selector"]["matchLabels"]  # CRDs: no schema here
+        if (doc["apiVersion"], doc["kind"]) in CUSTOM_RESOURCES:  # CRDs: no schema here
+            assert doc["spec"]["groups"] if doc["kind"] == "PrometheusRule" else doc["spec"]["selector"]
             continue
         for version in KUBERNETES_VERSIONS:
             kubernetes_validate.validate(doc, version, strict=True)
@@ -158,14 +164,23 @@ def test_tensorrt_with_queue_time_autoscaling(helm: Path) -> None:
         for m in hpa["spec"]["metrics"]
         if m["type"] == "Pods"
     }
-    assert metrics["triton_tts_queue_us_per_request"] == {"type": "AverageValue", "averageValue": "40000"}
+    assert metrics["triton_tts_stage_queue_us_per_request"] == {
+        "type": "AverageValue",
+        "averageValue": "40000",
+    }
     assert metrics["triton_tts_gpu_utilization_percent"]["averageValue"] == "80"
-    rules = yaml.safe_load(by_kind(docs, "ConfigMap")["data"]["config.yaml"])["rules"]
+    config_map = by_kind(docs, "ConfigMap")["data"]
+    rules = yaml.safe_load(config_map["config.yaml"])["rules"]
     names = {r["name"]["as"] for r in rules}
     assert names == set(metrics)
-    queue_rule = next(r for r in rules if r["name"]["as"] == "triton_tts_queue_us_per_request")
-    assert "nv_inference_queue_duration_us" in queue_rule["metricsQuery"]
-    assert "nv_inference_request_success" in queue_rule["metricsQuery"]
+    # the adapter reads the recorded series; the PromQL lives in the recording rule only,
+    # the same group in the PrometheusRule and in the plain rules file (tests/test_autoscaling.py)
+    queue_rule = next(r for r in rules if r["name"]["as"] == "triton_tts_stage_queue_us_per_request")
+    recorded = by_kind(docs, "PrometheusRule")["spec"]["groups"][0]["rules"][0]
+    assert queue_rule["seriesQuery"].startswith(recorded["record"] + "{")
+    assert "nv_inference_queue_duration_us" not in queue_rule["metricsQuery"]
+    assert yaml.safe_load(config_map["recording-rules.yaml"]) == by_kind(docs, "PrometheusRule")["spec"]
+    assert by_kind(docs, "PrometheusRule")["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     monitor = by_kind(docs, "ServiceMonitor")
     assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
@@ -215,6 +230,11 @@ def test_build_options_reach_the_export(helm: Path) -> None:
         ("gpu.count=0", "minimum"),
         ("build.vocoderThreads=lots", "does not match pattern"),
         ("autoscaling.targetCPUUtilizationPercentage=150", "maximum"),
+        ("strategy.type=BlueGreen", "value must be one of 'RollingUpdate', 'Recreate'"),
+        ("strategy.rollingUpdate.maxSurge=lots", "does not match pattern '^[0-9]+%$'"),
+        ("engineCache.enabled=true,engineCache.claimName=engines", "at '/variant': value must be 'tensorrt'"),
+        ("variant=tensorrt,engineCache.enabled=true", "at '/engineCache/claimName': minLength"),
+        ("variant=tensorrt,engineCache.enabled=true,engineCache.hostPath=cache", "does not match pattern"),
     ],
 )
 def test_bad_values_fail_at_install_time_with_a_clear_message(
@@ -248,3 +268,73 @@ def test_strict_validation_really_rejects_unknown_fields(helm: Path) -> None:
     deployment["spec"]["template"]["spec"]["containers"][0]["gpuCount"] = 1
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(deployment, kubernetes_validate.latest_version(), strict=True)
+
+
+def pod_spec(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    return dict(by_kind(docs, "Deployment")["spec"]["template"]["spec"])
+
+
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+OWN_TOLERATION = {"key": "dedicated", "operator": "Equal", "value": "tts", "effect": "NoSchedule"}
+
+
+def test_gpu_pods_tolerate_the_gpu_taint_and_keep_the_users_own(helm: Path) -> None:
+    assert pod_spec(render(helm))["tolerations"] == [GPU_TOLERATION]
+    full_pool = pod_spec(render(helm, "-f", str(CHART / "ci" / "full-gpu-pool-values.yaml")))
+    assert full_pool["tolerations"] == [GPU_TOLERATION, OWN_TOLERATION]
+    # a user who already listed the GPU toleration gets it once
+    tensorrt = pod_spec(render(helm, "-f", str(CHART / "ci" / "tensorrt-hpa-servicemonitor-values.yaml")))
+    assert tensorrt["tolerations"] == [GPU_TOLERATION]
+    # the cpu variant asks for no GPU and needs no GPU node
+    assert "tolerations" not in pod_spec(render(helm, "-f", str(CHART / "ci" / "cpu-only-values.yaml")))
+    cpu_own = pod_spec(
+        render(helm, "--set", "variant=cpu", "--set-json", f"tolerations=[{json.dumps(OWN_TOLERATION)}]")
+    )
+    assert cpu_own["tolerations"] == [OWN_TOLERATION]
+    assert "tolerations" not in pod_spec(render(helm, "--set-json", "gpu.tolerations=[]"))
+
+
+def test_rollout_strategy_surges_by_default_and_can_free_a_gpu_first(helm: Path) -> None:
+    default = by_kind(render(helm), "Deployment")["spec"]["strategy"]
+    assert default == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    full_pool = by_kind(render(helm, "-f", str(CHART / "ci" / "full-gpu-pool-values.yaml")), "Deployment")
+    assert full_pool["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+    percent = by_kind(render(helm, "--set", "strategy.rollingUpdate.maxSurge=25%"), "Deployment")
+    assert percent["spec"]["strategy"]["rollingUpdate"]["maxSurge"] == "25%"
+    # Recreate takes no rollingUpdate, though the defaults merged one into the values
+    recreate = by_kind(render(helm, "--set", "strategy.type=Recreate"), "Deployment")
+    assert recreate["spec"]["strategy"] == {"type": "Recreate"}
+    for version in KUBERNETES_VERSIONS:
+        kubernetes_validate.validate(recreate, version, strict=True)
+    stuck = subprocess.run(
+        [str(helm), "template", "tts", str(CHART), "--set", "strategy.rollingUpdate.maxSurge=0"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert stuck.returncode != 0 and "cannot both be 0" in stuck.stderr
+
+
+def test_engine_cache_volume_reaches_the_tensorrt_export_only(helm: Path) -> None:
+    def export_and_server(
+        docs: list[dict[str, Any]],
+    ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        pod = pod_spec(docs)
+        return pod, pod["initContainers"][0], triton_container(docs)
+
+    pod, init, server = export_and_server(
+        render(helm, "-f", str(CHART / "ci" / "tensorrt-hpa-servicemonitor-values.yaml"))
+    )
+    mount = next(m for m in init["volumeMounts"] if m["name"] == "engine-cache")
+    assert f"--cache-dir {mount['mountPath']}" in init["args"][0]
+    assert not mount.get("readOnly")  # the export stores the engines it builds
+    assert "engine-cache" not in {m["name"] for m in server["volumeMounts"]}  # plans are copied
+    volume = next(v for v in pod["volumes"] if v["name"] == "engine-cache")
+    assert volume["persistentVolumeClaim"] == {"claimName": "trt-engines"}
+
+    pod, init, _ = export_and_server(render(helm, "-f", str(CHART / "ci" / "full-gpu-pool-values.yaml")))
+    volume = next(v for v in pod["volumes"] if v["name"] == "engine-cache")
+    assert volume["hostPath"] == {"path": "/var/cache/triton-tts/engines", "type": "DirectoryOrCreate"}
+    assert "--cache-dir /engine-cache" in init["args"][0]
+
+    pod, init, _ = export_and_server(render(helm, "--set", "variant=tensorrt"))
+    assert "--cache-dir" not in init["args"][0]
+    assert "engine-cache" not in {v["name"] for v in pod["volumes"]}

@@ -72,6 +72,36 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- toYaml $res -}}
 {{- end -}}
 
+{{/* The GPU taint's toleration (GPU variants) and the user's own, without duplicates. */}}
+{{- define "triton-tts.tolerations" -}}
+{{- $all := list -}}
+{{- if include "triton-tts.usesGpu" . -}}
+{{- $all = concat $all .Values.gpu.tolerations -}}
+{{- end -}}
+{{- $all = concat $all .Values.tolerations | uniq -}}
+{{- if $all -}}
+{{- toYaml $all -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Recreate takes no rollingUpdate block (values merge the default's into it). */}}
+{{- define "triton-tts.strategy" -}}
+{{- if eq .Values.strategy.type "Recreate" -}}
+type: Recreate
+{{- else -}}
+{{- $r := .Values.strategy.rollingUpdate -}}
+{{- if and (has (toString $r.maxSurge) (list "0" "0%")) (has (toString $r.maxUnavailable) (list "0" "0%")) -}}
+{{- fail "strategy.rollingUpdate: maxSurge and maxUnavailable cannot both be 0 (no pod could ever be replaced)" -}}
+{{- end -}}
+type: RollingUpdate
+rollingUpdate:
+  maxSurge: {{ .Values.strategy.rollingUpdate.maxSurge | toJson }}
+  maxUnavailable: {{ .Values.strategy.rollingUpdate.maxUnavailable | toJson }}
+{{- end -}}
+{{- end -}}
+
+{{- define "triton-tts.engineCachePath" -}}/engine-cache{{- end -}}
+
 {{/* The export init container's script: voice -> repository (-> TensorRT engines). */}}
 {{- define "triton-tts.exportScript" -}}
 {{- $b := .Values.build -}}
@@ -83,5 +113,6 @@ triton-tts build-repo --voice /models/voices/{{ .Values.modelRepository.export.v
   --acoustic-threads {{ $b.acousticThreads }} --vocoder-threads {{ $b.vocoderThreads }} --queue-delay-us {{ $b.queueDelayUs }}
 {{- if eq .Values.variant "tensorrt" }}
 python3 -m triton_tts.export.tensorrt --repo /models/repository --max-batch-size {{ $b.maxBatchSize }} --trtexec {{ .Values.modelRepository.export.trtexec }}
+{{- if .Values.engineCache.enabled }} --cache-dir {{ include "triton-tts.engineCachePath" . }}{{ end }}
 {{- end }}
 {{- end -}}
