@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # The GPU device check, as one prepared run (see README "GPU device check").
 # Expects: the exported vocoder at voices/joe/vocoder.onnx and onnx2torch's wheel in .whl/.
+# Measures: the exported vocoder through PyTorch on CUDA (onnx2torch), parity with
+# onnxruntime on CPU, throughput per batch size in FP32 and FP16, and the TensorRT
+# profile's corners (up to max batch x the frame budget): latency and peak memory.
+# Unproven by it: Triton's native backends and TensorRT itself (not on the lent machine).
 # Writes its JSON to ${OUT:-results}/gpu_vocoder.json.
 set -euo pipefail
 OUT_DIR="${OUT:-results}"
@@ -10,5 +14,8 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
   export PYTHONPATH=/tmp/site
 fi
+# The vocoder profile's frame budget for this voice, from the one place that decides it.
+MAX_FRAMES=$(python3 -c "import json; from triton_tts.limits import frame_budget; \
+v = json.load(open('voices/joe/voice.json')); print(frame_budget(v['sample_rate'], v['hop_length']))")
 PYTHONUNBUFFERED=1 python3 benchmarks/gpu_vocoder_check.py \
-  --vocoder voices/joe/vocoder.onnx --out "$OUT_DIR/gpu_vocoder.json" "$@"
+  --vocoder voices/joe/vocoder.onnx --out "$OUT_DIR/gpu_vocoder.json" --max-frames "$MAX_FRAMES" "$@"

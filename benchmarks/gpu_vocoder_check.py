@@ -91,6 +91,41 @@ def sweep(
     return rows
 
 
+def extremes(
+    model: Any, channels: int, device: Any, corners: list[tuple[int, int]], rng: np.random.Generator
+) -> list[dict[str, Any]]:
+    """The TensorRT profile's corners (min, one item at the frame budget, max batch at the
+    budget): latency and peak memory in FP32 and FP16, or the error (out of memory)."""
+    import torch
+
+    rows: list[dict[str, Any]] = []
+    for dtype_name, dtype in (("fp32", torch.float32), ("fp16", torch.float16)):
+        if device.type != "cuda":
+            break
+        net = model.to(dtype)
+        for batch, frames in corners:
+            row: dict[str, Any] = {"dtype": dtype_name, "batch": batch, "frames": frames}
+            try:
+                x = torch.from_numpy(rng.normal(0, 1, size=(batch, channels, frames)).astype(np.float32))
+                x = x.to(device=device, dtype=dtype)
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+                with torch.inference_mode():
+                    start = time.perf_counter()
+                    out = net(x)
+                    torch.cuda.synchronize()
+                row["latency_ms"] = (time.perf_counter() - start) * 1000
+                row["finite"] = bool(torch.isfinite(out).all())
+                row["peak_mem_mib"] = torch.cuda.max_memory_allocated() / 2**20
+                del out, x
+            except RuntimeError as err:  # out of memory: the corner does not fit this way
+                row["error"] = str(err).splitlines()[0][:200]
+            torch.cuda.empty_cache()
+            rows.append(row)
+            print(f"corner {dtype_name} batch {batch} x {frames} frames: {row}")
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--vocoder", type=Path, default=Path("voices/joe/vocoder.onnx"))
@@ -99,6 +134,10 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=256, help="latent frames per item (~3 s)")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--out", type=Path, default=Path("results/gpu_vocoder.json"))
+    parser.add_argument("--max-batch", type=int, default=32, help="the profile's max batch")
+    parser.add_argument(
+        "--max-frames", type=int, default=4160, help="the profile's max frames (limits.frame_budget)"
+    )
     args = parser.parse_args()
 
     import onnx
@@ -120,9 +159,11 @@ def main() -> None:
     }
     report |= parity(model, args.vocoder, channels, device, rng)
     report["sweep"] = sweep(model, channels, device, args.batches, args.frames, args.repeats, rng)
+    corners = [(1, 64), (1, args.max_frames), (8, args.max_frames), (args.max_batch, args.max_frames)]
+    report["profile_corners"] = extremes(model, channels, device, corners, rng)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2), encoding="utf-8")
-    print(json.dumps({k: v for k, v in report.items() if k != "sweep"}, indent=2))
+    print(json.dumps({k: v for k, v in report.items() if k not in ("sweep", "profile_corners")}, indent=2))
 
 
 if __name__ == "__main__":

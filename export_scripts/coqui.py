@@ -33,14 +33,17 @@ import onnx
 import torch
 from torch import nn
 
+# LATENT frames are padded to a multiple of this (native GPU batching)
+from triton_tts.batching import FRAME_MULTIPLE as FRAME_MULTIPLE  # noqa: PLC0414 - re-exported
 from triton_tts.export.coqui_arguments import PRECISIONS, add_arguments
+from triton_tts.export.graph_surgery import cap_frames
 from triton_tts.export.vocoder_graph import write_unpadded
+from triton_tts.limits import frame_budget
 from triton_tts.voice import ACOUSTIC_FILE, VOCODER_FILE, VOCODER_UNPADDED_FILE, Voice
 
 log = logging.getLogger(__name__)
 
 OPSET = 17
-FRAME_MULTIPLE = 64  # LATENT frames are padded to a multiple of this (native GPU batching)
 MEL_FAMILIES = ("fast_pitch", "fastspeech2", "glow_tts", "tacotron2")
 FAMILIES = ("vits", *MEL_FAMILIES)
 
@@ -357,6 +360,9 @@ def export_coqui(loaded: Loaded, out: Path, name: str | None = None, precision: 
         export_module(
             acoustic, example, out / ACOUSTIC_FILE, ACOUSTIC_INPUTS, ["LATENT", "FRAME_COUNT"], ACOUSTIC_AXES
         )
+        capped = onnx.load(str(out / ACOUSTIC_FILE))
+        cap_frames(capped, frame_budget(voice.sample_rate, voice.hop_length))
+        onnx.save(capped, str(out / ACOUSTIC_FILE))
         with torch.no_grad():
             latent, _ = acoustic(*example)
         vocoder_args: tuple[Any, ...] = (latent, example[3]) if speaker_vocoder else (latent,)

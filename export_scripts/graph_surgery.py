@@ -69,6 +69,43 @@ def expose_padded_output(
     _replace_output(graph, internal, public, TensorProto.FLOAT, dims)
 
 
+def cap_frames(model: onnx.ModelProto, max_frames: int) -> None:
+    """Cut the acoustic graph's LATENT to at most ``max_frames`` frames and clamp
+    FRAME_COUNT to match: the hard guard that no chunk passes the vocoder's TensorRT
+    profile (triton_tts/limits.py). Preprocess refuses chunks predicted past the budget
+    and ``tts`` splits them, so only a freak draw of the duration noise (NOISE_W > 1 at
+    SPEED 0.25) ever reaches it; it then loses the chunk's tail instead of failing its
+    whole batch on the engine."""
+    graph = model.graph
+    if any(node.name == "cap_LATENT" for node in graph.node):
+        return
+    for public in ("LATENT", "FRAME_COUNT"):
+        for node in graph.node:
+            node.output[:] = [f"{public}_uncapped" if o == public else o for o in node.output]
+            node.input[:] = [f"{public}_uncapped" if i == public else i for i in node.input]
+    graph.initializer.extend(
+        [
+            helper.make_tensor("cap_zero", TensorProto.INT64, [1], [0]),
+            helper.make_tensor("cap_frames", TensorProto.INT64, [1], [max_frames]),
+            helper.make_tensor("cap_axis", TensorProto.INT64, [1], [2]),
+            helper.make_tensor("cap_count", TensorProto.INT64, [], [max_frames]),
+        ]
+    )
+    graph.node.extend(
+        [
+            helper.make_node(
+                "Slice",
+                ["LATENT_uncapped", "cap_zero", "cap_frames", "cap_axis"],
+                ["LATENT"],
+                name="cap_LATENT",
+            ),
+            helper.make_node(
+                "Min", ["FRAME_COUNT_uncapped", "cap_count"], ["FRAME_COUNT"], name="cap_FRAME_COUNT"
+            ),
+        ]
+    )
+
+
 def _replace_output(
     graph: onnx.GraphProto, internal: str, public: str, dtype: int, dims: list[str | int]
 ) -> None:

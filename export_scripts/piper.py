@@ -36,13 +36,17 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
+# LATENT's frame padding (CPU models trim it off), decided in triton_tts.batching
+from triton_tts.batching import FRAME_MULTIPLE as FRAME_MULTIPLE  # noqa: PLC0414 - re-exported
 from triton_tts.export.graph_surgery import (
+    cap_frames,
     expose_output,
     expose_padded_output,
     rename_input,
     runtime_inputs,
     set_dims,
 )
+from triton_tts.limits import frame_budget
 from triton_tts.voice import ACOUSTIC_FILE, VOCODER_FILE, Voice
 
 log = logging.getLogger(__name__)
@@ -57,9 +61,6 @@ PIPER_SPEAKER = "sid"
 HOP_LENGTH = 256  # Piper VITS decoder upsampling product (8*8*2*2)
 SCALE_COLUMNS = 3  # noise_scale, length_scale, noise_w
 VERIFY_ATOL = 1e-5
-# LATENT's frame axis is padded to a multiple of this (64 frames = 0.74 s at 22,050 Hz),
-# so native GPU vocoders see a few shared shapes they can batch. CPU models trim it off.
-FRAME_MULTIPLE = 64  # the split must reproduce the unsplit graph with noise off
 
 
 def _batch_the_scales(graph: onnx.GraphProto) -> None:
@@ -198,6 +199,7 @@ def export_piper_voice(onnx_path: Path, config_path: Path, out: Path, name: str 
     config = json.loads(config_path.read_text(encoding="utf-8"))
     model = onnx.load(str(onnx_path))
     acoustic = split_acoustic(model)
+    cap_frames(acoustic, frame_budget(int(config["audio"]["sample_rate"]), HOP_LENGTH))
     vocoder = split_vocoder(model)
     out.mkdir(parents=True, exist_ok=True)
     onnx.save(acoustic, str(out / ACOUSTIC_FILE))

@@ -15,10 +15,14 @@ TensorRT 10.5): engines are not portable across GPUs or TensorRT versions. ::
     # (keyed by GPU model, TensorRT version and the graph, profile and precision):
     python -m triton_tts.export.tensorrt --repo model_repository --cache-dir /engine-cache
 
-Dynamic shapes need an optimisation profile per input (min/opt/max). The profiles below
-cover what the repository sends: any batch up to the configs' max_batch_size, phoneme
-rows up to MAX_PHONEMES (preprocess pads to buckets), latents up to MAX_FRAMES (a
-multiple of the acoustic model's 64-frame padding). Precision is chosen per stage: the
+Dynamic shapes need an optimisation profile per input (min/opt/max). The profiles cover
+every request the API accepts, voice by voice: any batch up to the configs'
+max_batch_size, phoneme rows up to the voice's chunk budget (``max_ids``, a bucket:
+preprocess pads to buckets and refuses longer chunks), latents up to its frame budget
+(``max_frames``, a multiple of the acoustic model's 64-frame padding), as the build
+measured them into the voice's preprocess config (triton_tts/limits.py: the longest chunk
+at the slowest SPEED and noisiest NOISE_W is predicted within them, and ``tts`` splits a
+chunk that is not). Precision is chosen per stage: the
 vocoder (most of the compute) in FP16; the acoustic model stays FP32 by default because
 its durations are rounded up per phoneme and small errors change frame counts.
 """
@@ -41,14 +45,16 @@ from pathlib import Path
 
 import onnx
 
-from triton_tts.model_configs import BuildOptions
+from triton_tts.limits import MAX_CHUNK_IDS, ChunkLimits
+from triton_tts.model_configs import DEFAULT_CHUNK_LIMITS, VOICE_SEPARATOR, BuildOptions, parse
 from triton_tts.onnx_session import graph_inputs
 
 log = logging.getLogger(__name__)
 
-MIN_PHONEMES, OPT_PHONEMES, MAX_PHONEMES = 8, 192, 2048
-MIN_FRAMES, OPT_FRAMES, MAX_FRAMES = 64, 512, 2048  # 64 frames = 0.74 s at 22,050 Hz
+MIN_PHONEMES, OPT_PHONEMES = 8, 192
+MIN_FRAMES, OPT_FRAMES = 64, 512  # 64 frames = 0.74 s at 22,050 Hz
 OPT_BATCH = 8
+DEFAULT_LIMITS = ChunkLimits.from_json(DEFAULT_CHUNK_LIMITS)
 WORKSPACE_BYTES = 4 << 30
 Shape = tuple[int, ...]
 
@@ -60,10 +66,10 @@ class Profile:
     shapes: dict[str, tuple[Shape, Shape, Shape]]
 
 
-def acoustic_profile(max_batch: int, speaker: bool = False) -> Profile:
+def acoustic_profile(max_batch: int, speaker: bool = False, max_phonemes: int = MAX_CHUNK_IDS) -> Profile:
     b = (1, min(OPT_BATCH, max_batch), max_batch)
     shapes: dict[str, tuple[Shape, Shape, Shape]] = {
-        "PHONEME_IDS": ((b[0], MIN_PHONEMES), (b[1], OPT_PHONEMES), (b[2], MAX_PHONEMES)),
+        "PHONEME_IDS": ((b[0], MIN_PHONEMES), (b[1], OPT_PHONEMES), (b[2], max_phonemes)),
         "PHONEME_LENGTH": ((b[0],), (b[1],), (b[2],)),
         "SCALES": ((b[0], 3), (b[1], 3), (b[2], 3)),
     }
@@ -72,13 +78,16 @@ def acoustic_profile(max_batch: int, speaker: bool = False) -> Profile:
     return Profile(shapes)
 
 
-def vocoder_profile(max_batch: int, channels: int, speaker: bool = False) -> Profile:
+def vocoder_profile(
+    max_batch: int, channels: int, speaker: bool = False, max_frames: int | None = None
+) -> Profile:
     b = (1, min(OPT_BATCH, max_batch), max_batch)
+    high = max_frames or DEFAULT_LIMITS.max_frames
     shapes: dict[str, tuple[Shape, Shape, Shape]] = {
         "LATENT": (
             (b[0], channels, MIN_FRAMES),
             (b[1], channels, OPT_FRAMES),
-            (b[2], channels, MAX_FRAMES),
+            (b[2], channels, high),
         )
     }
     if speaker:  # speaker-conditioned decoders (multi-speaker VITS)
@@ -86,10 +95,23 @@ def vocoder_profile(max_batch: int, channels: int, speaker: bool = False) -> Pro
     return Profile(shapes)
 
 
+def voice_limits(repo: Path, stage_folder: Path) -> ChunkLimits:
+    """The chunk budget the build measured for the voice of ``acoustic[__voice]`` or
+    ``vocoder[__voice]``: its preprocess config's ``chunk_limits`` parameter."""
+    suffix = stage_folder.name.partition(VOICE_SEPARATOR)[2]
+    config_path = repo / (f"preprocess{VOICE_SEPARATOR}{suffix}" if suffix else "preprocess") / "config.pbtxt"
+    if not config_path.exists():
+        log.warning("%s not found: profiling %s with the default voice's limits", config_path, stage_folder)
+        return DEFAULT_LIMITS
+    config = parse(config_path.read_text(encoding="utf-8"))
+    return ChunkLimits.from_json(config.parameters["chunk_limits"].string_value)
+
+
 def engines(repo: Path, max_batch: int) -> list[tuple[Path, str, Profile]]:
     """(ONNX file, stage, profile) for every voice's native stages in the repository:
-    ``acoustic``/``vocoder`` and the ``__<voice>`` copies. A Tacotron2 acoustic stage
-    (a Python loop over three graphs) has no ``model.onnx`` and stays on onnxruntime."""
+    ``acoustic``/``vocoder`` and the ``__<voice>`` copies, each profiled to its voice's
+    chunk budget. A Tacotron2 acoustic stage (a Python loop over three graphs) has no
+    ``model.onnx`` and stays on onnxruntime."""
     found = []
     for stage in ("acoustic", "vocoder"):
         for folder in sorted([repo / stage, *repo.glob(f"{stage}__*")]):
@@ -102,10 +124,11 @@ def engines(repo: Path, max_batch: int) -> list[tuple[Path, str, Profile]]:
                     "(`export int8` / `--precision int8`); on GPU nodes serve the fp32 or fp16 export"
                 )
             speaker = "SPEAKER_ID" in graph_inputs(onnx_path)
+            limits = voice_limits(repo, folder)
             profile = (
-                acoustic_profile(max_batch, speaker)
+                acoustic_profile(max_batch, speaker, limits.max_ids)
                 if stage == "acoustic"
-                else vocoder_profile(max_batch, latent_channels(onnx_path), speaker)
+                else vocoder_profile(max_batch, latent_channels(onnx_path), speaker, limits.max_frames)
             )
             found.append((onnx_path, stage, profile))
     return found

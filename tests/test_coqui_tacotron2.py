@@ -29,11 +29,12 @@ import onnxruntime as ort
 import pytest
 import torch
 
+from triton_tts.batching import FRAME_MULTIPLE
 from triton_tts.export import coqui, coqui_forward
 from triton_tts.export.coqui_checkpoints import _perturb, _tacotron2, build_tts, build_vocoder
 from triton_tts.export.coqui_tacotron2 import check_supported, export_stages
-from triton_tts.stages import RunFailed
-from triton_tts.tacotron import ONNX_FILES, Tacotron2Runner
+from triton_tts.stages import RunFailed, StageSettings
+from triton_tts.tacotron import ONNX_FILES, PAD_PARAMETER, Tacotron2Runner
 from triton_tts.voice import VOCODER_FILE, Voice
 
 STOP_SHIFT = -0.3
@@ -219,3 +220,42 @@ def test_waveform_matches_coqui(exported: Exported, tmp_path: Path) -> None:
     reference = coqui.coqui_waveform(loaded, ids.tolist())
     assert waveform.shape == reference.shape
     assert float(np.abs(waveform - reference).max()) < 1e-6  # measured 6e-9 (peak 2e-2)
+
+
+def test_padded_latents_give_the_same_audio(exported: Exported, tmp_path: Path) -> None:
+    """GPU named configs set ``pad_latent_frames``: each mel is zero-padded to that multiple
+    so the native vocoder can batch it with others of the same width; FRAME_COUNT stays the
+    true count, and the padding-masked vocoder's audio, trimmed to it as postprocess does,
+    is the unpadded mel's audio."""
+    voice = coqui.export_coqui(exported.loaded, tmp_path, "t2")
+    onnx_path = tmp_path / "model.onnx"  # what StageSettings names; its folder holds the voice
+    padding = Tacotron2Runner.from_settings(
+        StageSettings(onnx_path, 2, {PAD_PARAMETER: str(FRAME_MULTIPLE)}), voice
+    )
+    plain = Tacotron2Runner.from_settings(StageSettings(onnx_path, 2, {}), voice)
+    assert (padding.frame_multiple, plain.frame_multiple) == (FRAME_MULTIPLE, 1)
+    assert voice.mel_edge_frames > 0  # the edge frames come before the zeros
+    ids = [exported.ids(text) for text in (STOPS, EARLY, NEVER)]
+    no_scales = [np.zeros(3, np.float32)] * len(ids)
+    mels = [mel_of(result) for result in plain.run(ids, no_scales)]
+    latents: list[FloatArray] = []
+    for mel, result in zip(mels, padding.run(ids, no_scales), strict=True):
+        assert not isinstance(result, RunFailed), result
+        latent, frames = result
+        assert frames == mel.shape[-1] < latent.shape[-1]  # these texts' mels all get zeros
+        assert latent.shape[-1] % FRAME_MULTIPLE == 0
+        np.testing.assert_array_equal(latent[:, :frames], mel)
+        assert not latent[:, frames:].any()
+        latents.append(latent)
+    # The native vocoder's batches: latents of one width stacked (the frame counts differ).
+    session = ort.InferenceSession(str(tmp_path / VOCODER_FILE), providers=["CPUExecutionProvider"])
+    widths = sorted({latent.shape[-1] for latent in latents})
+    assert len(widths) < len(latents)  # at least one batch of two lengths
+    for width in widths:
+        batch = [i for i, latent in enumerate(latents) if latent.shape[-1] == width]
+        waveforms = session.run(["WAVEFORM"], {"LATENT": np.stack([latents[i] for i in batch])})[0]
+        for row, i in enumerate(batch):
+            audio = waveforms[row, : mels[i].shape[-1] * voice.hop_length]
+            alone = session.run(["WAVEFORM"], {"LATENT": mels[i][None]})[0][0]
+            assert audio.shape == alone.shape
+            np.testing.assert_allclose(audio, alone, rtol=0, atol=1e-6)  # measured <= 2e-9

@@ -167,8 +167,8 @@ def test_the_installed_package_is_whole_and_finds_its_data(image_install: Path, 
     assert Path(found["voice"]) == tmp_path / "home" / "voices" / "joe"
 
 
-def test_plain_pip_install_of_the_source_tree(tmp_path: Path) -> None:
-    """`pip install .` (not editable) gives the same real files as the wheel."""
+def test_plain_pip_install_of_the_source_tree(image_install: Path, tmp_path: Path) -> None:
+    """`pip install .` (not editable) gives the same real files as the wheel, and they work."""
     python = image_python()
     source = committed_tree(tmp_path / "src")
     target = tmp_path / "site"
@@ -177,6 +177,15 @@ def test_plain_pip_install_of_the_source_tree(tmp_path: Path) -> None:
     package = target / "triton_tts"
     for relative in ("client/tts_client.py", "export/piper.py", "model_repository/vocoder/1/model.py"):
         assert (package / relative).is_file() and not (package / relative).is_symlink(), relative
+    probe = (
+        "import triton_tts.client, triton_tts.export.piper\n"
+        "from triton_tts import paths\n"
+        "print(triton_tts.client.__file__, triton_tts.export.piper.__file__, paths.repository_template())"
+    )
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_TTS_REPOSITORY_TEMPLATE"}
+    env["PYTHONPATH"] = str(target)  # this install first, the image set's packages behind it
+    found = run([image_install / "bin" / "python", "-c", probe], cwd=tmp_path, env=env).split()
+    assert all(Path(f).is_relative_to(package) for f in found), found
 
 
 def test_the_image_install_serves_an_intelligible_sentence(image_install: Path, tmp_path: Path) -> None:

@@ -39,11 +39,12 @@ from onnx import TensorProto
 from tritonclient.grpc import model_config_pb2 as mc
 
 from tests.helpers import DETERMINISTIC, dims_compatible
+from triton_tts.batching import FRAME_MULTIPLE
 from triton_tts.export import tensorrt
-from triton_tts.export.piper import FRAME_MULTIPLE
 from triton_tts.model_configs import GPU_VARIANTS, VOICE_SEPARATOR, parse
 from triton_tts.onnx_session import cpu_session
 from triton_tts.repository import build_repository
+from triton_tts.tacotron import PAD_PARAMETER
 from triton_tts.voice import Voice
 
 log = logging.getLogger(__name__)
@@ -224,11 +225,15 @@ def test_native_configs_match_their_graphs(repository: Path, served: ServedVoice
     for stage in ("acoustic", "vocoder"):
         model = served.models[stage]
         graph_file = repository / model / "1" / "model.onnx"
-        if not (repository / model / "configs" / f"{variant}.pbtxt").exists():
-            # Only a loop in Python (Tacotron2's acoustic) has no native variant: no one graph.
-            assert stage == "acoustic" and not graph_file.exists() and model not in engines
-            continue
+        # Every stage has its named config: Triton's fallback to config.pbtxt is no choice.
+        assert (repository / model / "configs" / f"{variant}.pbtxt").exists(), model
         config = load_config(repository, model, variant)
+        if config.backend == "python":
+            # Only a loop in Python (Tacotron2's acoustic) has no native variant: no one graph.
+            # It pads LATENT as the graphs do, for the native vocoder after it.
+            assert stage == "acoustic" and not graph_file.exists() and model not in engines
+            assert config.parameters[PAD_PARAMETER].string_value == str(FRAME_MULTIPLE)
+            continue
         assert (config.backend, config.default_model_filename) == (backend, filename)
         assert config.instance_group and all(
             g.kind == mc.ModelInstanceGroup.KIND_GPU for g in config.instance_group
@@ -259,6 +264,9 @@ def test_native_configs_match_their_graphs(repository: Path, served: ServedVoice
         for name, shapes in profile.shapes.items():
             for shape in shapes:
                 assert dims_compatible(list(shape[1:]), inputs[name][1][1:]), (model, name, shape)
+    # Padded latents are never narrower than the vocoder engine's profile allows.
+    lowest = engines[served.models["vocoder"]].shapes["LATENT"][0][-1]
+    assert lowest <= FRAME_MULTIPLE, (served.models["vocoder"], lowest)
     # The stage after a native acoustic model can batch only what arrives in equal shapes.
     acoustic, vocoder = (load_config(repository, served.models[s], variant) for s in ("acoustic", "vocoder"))
     produced = {t.name: list(t.dims) for t in acoustic.output}
@@ -515,22 +523,11 @@ def frames(tensors: Tensors) -> int:
     return int(tensors["frame_count"].reshape(-1)[0])
 
 
-def test_native_batches_equal_solo_runs(
-    repository: Path, served: ServedVoice, request: pytest.FixtureRequest
-) -> None:
+def test_native_batches_equal_solo_runs(repository: Path, served: ServedVoice) -> None:
     native = Pipeline.load(repository, served, "gpu")
     requests = sample_requests(served.voice)
     batched = native.run(requests)
     acoustic, vocoder = served.models["acoustic"], served.models["vocoder"]
-    if served.voice.acoustic_kind != "single":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="Tacotron2's acoustic stage (a Python model on every node) sends each latent "
-                "at its own length: the native vocoder batches only equal frame counts, and "
-                "latents shorter than the TensorRT profile's minimum frames fail",
-            )
-        )
     # What lets the vocoder batch: latents padded to a frame multiple, so one acoustic batch
     # goes on as one vocoder batch, and acoustic batches of the same padded width join.
     widths = [t["latent"].shape[-1] for t in batched]

@@ -20,10 +20,10 @@ def test_profiles_cover_what_the_repository_sends(voice_dir: Path) -> None:
         for low, opt, high in profile.shapes.values():
             assert all(a <= b <= c for a, b, c in zip(low, opt, high, strict=True))
             assert high[0] == batch and low[0] == 1
-    assert tensorrt.MAX_PHONEMES in PHONEME_BUCKETS  # preprocess pads to buckets
+    assert acoustic.shapes["PHONEME_IDS"][2][1] in PHONEME_BUCKETS  # preprocess pads to buckets
     assert PHONEME_BUCKETS[0] >= tensorrt.MIN_PHONEMES
     # latents arrive padded to the acoustic model's frame multiple
-    for frames in (tensorrt.MIN_FRAMES, tensorrt.OPT_FRAMES, tensorrt.MAX_FRAMES):
+    for frames in (tensorrt.MIN_FRAMES, tensorrt.OPT_FRAMES, vocoder.shapes["LATENT"][2][2]):
         assert frames % piper.FRAME_MULTIPLE == 0
     assert vocoder.shapes["LATENT"][2][1] == 192
 
@@ -79,5 +79,5 @@ def test_every_voice_gets_engines_with_its_speaker_input(tmp_path: Path) -> None
     found = {path.parent.parent.name: profile for path, _, profile in tensorrt.engines(tmp_path, 16)}
     assert sorted(found) == ["acoustic", "acoustic__vctk", "vocoder", "vocoder__vctk"]
     assert "SPEAKER_ID" not in found["acoustic"].shapes and "SPEAKER_ID" in found["acoustic__vctk"].shapes
-    assert found["vocoder__vctk"].shapes["LATENT"][2] == (16, 80, tensorrt.MAX_FRAMES)
+    assert found["vocoder__vctk"].shapes["LATENT"][2] == (16, 80, tensorrt.DEFAULT_LIMITS.max_frames)
     assert found["vocoder__vctk"].shapes["SPEAKER_ID"][0] == (1,)

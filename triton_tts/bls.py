@@ -20,8 +20,9 @@ import numpy as np
 import numpy.typing as npt
 import triton_python_backend_utils as pb_utils
 
-from triton_tts.chunking import ChunkPlan, join_edges, split_text
+from triton_tts.chunking import ChunkPlan, halves, join_edges, split_text
 from triton_tts.config_parameters import string_parameters
+from triton_tts.limits import TOO_LONG, ChunkLimits, chunk_scale
 from triton_tts.request_options import read_options, requested_voice
 from triton_tts.text.normalize import normalize_english
 from triton_tts.validation import MAX_LONG_TEXT_CHARS, NOTHING_TO_SAY, InvalidRequest, decode_text
@@ -51,11 +52,20 @@ class ServedVoice:
     name: str
     num_speakers: int
     model: str
+    limits: ChunkLimits
 
     @classmethod
     def all_from_parameters(cls, params: dict[str, str]) -> list[ServedVoice]:
         """Every voice served, the default first (see model_configs.VoiceModels)."""
-        return [cls(v["name"], max(1, len(v["speakers"])), v["model"]) for v in json.loads(params["voices"])]
+        return [
+            cls(
+                v["name"],
+                max(1, len(v["speakers"])),
+                v["model"],
+                ChunkLimits.from_json(json.dumps(v["chunk_limits"])),
+            )
+            for v in json.loads(params["voices"])
+        ]
 
 
 @dataclass(frozen=True)
@@ -93,8 +103,8 @@ def read_request(request: Any, settings: LongTextSettings) -> LongTextRequest:
         raise InvalidRequest(f"TEXT must hold one string per request, got {raw.size}")
     text = normalize_english(decode_text(raw[0], limit=MAX_LONG_TEXT_CHARS))
     voice = settings.voice(requested_voice(request))
-    read_options(request, voice.name, voice.num_speakers)  # fail before any chunk runs
-    chunks = split_text(text, settings.plan)
+    options = read_options(request, voice.name, voice.num_speakers)  # fail before any chunk runs
+    chunks = split_text(text, settings.plan.scaled(chunk_scale(voice.limits, options.speed, options.noise_w)))
     if not chunks:
         raise InvalidRequest(NOTHING_TO_SAY)
     extras = [
@@ -104,18 +114,32 @@ def read_request(request: Any, settings: LongTextSettings) -> LongTextRequest:
 
 
 def synthesize_chunk(model: str, text: str, extras: list[Any]) -> tuple[npt.NDArray[np.float32], int]:
-    """One chunk through the voice's ensemble (blocking BLS call)."""
+    """One chunk through the voice's ensemble (blocking BLS call). A chunk preprocess
+    refuses as over the voice's budget (limits.TOO_LONG: dense text, slow SPEED, noisy
+    NOISE_W) is said in halves, joined, until the pieces fit; nothing long fails on it."""
     inputs = [pb_utils.Tensor("TEXT", np.array([[text.encode("utf-8")]], dtype=np.object_)), *extras]
     response = pb_utils.InferenceRequest(
         model_name=model, requested_output_names=["AUDIO", "SAMPLE_RATE"], inputs=inputs
     ).exec()
     if response.has_error():
-        if response.error().message().endswith(NOTHING_TO_SAY):
+        message = response.error().message()
+        if message.endswith(NOTHING_TO_SAY):
             return np.zeros(0, dtype=np.float32), 0  # e.g. a "* * *" line in a chapter: skip it
+        if TOO_LONG in message and (pieces := halves(text)):
+            return _joined([synthesize_chunk(model, piece, extras) for piece in pieces])
         raise ChunkFailed(response.error())
     audio = pb_utils.get_output_tensor_by_name(response, "AUDIO").as_numpy().reshape(-1)
     rate = int(pb_utils.get_output_tensor_by_name(response, "SAMPLE_RATE").as_numpy().reshape(-1)[0])
     return audio.astype(np.float32, copy=False), rate
+
+
+def _joined(parts: list[tuple[npt.NDArray[np.float32], int]]) -> tuple[npt.NDArray[np.float32], int]:
+    spoken = [(audio, rate) for audio, rate in parts if audio.size]
+    if not spoken:
+        return np.zeros(0, dtype=np.float32), 0
+    rate = spoken[0][1]
+    joined = [join_edges(audio, rate, i, len(spoken)) for i, (audio, _) in enumerate(spoken)]
+    return np.concatenate(joined).astype(np.float32, copy=False), rate
 
 
 def in_order(

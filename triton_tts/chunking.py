@@ -27,10 +27,34 @@ _SENTENCE_END = re.compile(r"(?<=[.!?…])[\"')\]]*\s+")
 _CLAUSE_END = re.compile(r"(?<=[,;:—–])\s+")
 
 
+MIN_CHUNK_CHARS = 16  # scaled plans never pack below this
+
+
 @dataclass(frozen=True)
 class ChunkPlan:
     first_chars: int = FIRST_CHUNK_CHARS
     max_chars: int = CHUNK_CHARS
+
+    def scaled(self, factor: float) -> ChunkPlan:
+        """The same plan for chunks ``factor`` times as long (slow speech: shorter chunks)."""
+        if factor >= 1.0:
+            return self
+        return ChunkPlan(
+            max(MIN_CHUNK_CHARS, int(self.first_chars * factor)),
+            max(MIN_CHUNK_CHARS, int(self.max_chars * factor)),
+        )
+
+
+def halves(text: str) -> list[str]:
+    """Two (or a few) pieces of about half the text, cut where split_text would cut; a
+    single word is cut in the middle. [] when there is nothing left to cut."""
+    if len(text) < 2:
+        return []
+    half = (len(text) + 1) // 2
+    pieces = split_text(text, ChunkPlan(half, half))
+    if len(pieces) > 1:
+        return pieces
+    return [text[:half], text[half:]]
 
 
 def _split_long(piece: str, limit: int) -> Iterator[str]:

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from triton_tts import model_configs, paths
+from triton_tts.limits import calibrate
 from triton_tts.model_configs import (
     CHUNK_MODEL,
     VOICE_SEPARATOR,
@@ -93,6 +94,7 @@ def voice_models(voice: Voice, voice_dir: Path, default: bool) -> VoiceModels:
         or (voice.acoustic_kind != "single" and voice.num_speakers > 1),
         vocoder_speaker=voice.vocoder_uses_speaker,
         native_acoustic=voice.acoustic_kind == "single",
+        chunk_limits=calibrate(voice_dir).to_json(),
     )
 
 

@@ -15,6 +15,12 @@ check the stop token at the first step (its check is ``t > batch // 2`` with bat
 loop here does the same, so frame counts match Coqui's. An item that reaches
 ``max_decoder_steps`` without stopping keeps what it has (a warning, not an error), like
 Coqui's guard.
+
+Latent width: the mel goes to the vocoder at its own frame count, unless the config sets
+``pad_latent_frames`` (the GPU named configs do: their vocoder runs natively and batches
+only equal shapes, and a TensorRT profile has a minimum width). Then the frame axis is
+zero-padded to that multiple, as the single-graph acoustic models pad inside their graph;
+FRAME_COUNT stays the true count (Coqui vocoders are padding-masked, postprocess trims).
 """
 
 from __future__ import annotations
@@ -28,7 +34,8 @@ import numpy as np
 
 from triton_tts.batching import pad_stack
 from triton_tts.onnx_session import cpu_session
-from triton_tts.stages import FloatArray, IntArray, RunFailed
+from triton_tts.stages import FloatArray, IntArray, RunFailed, StageSettings
+from triton_tts.voice import Voice
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +46,12 @@ ONNX_FILES = (ENCODER_FILE, DECODER_STEP_FILE, POSTNET_FILE)
 # Decoder-step inputs fixed for a run (the encoder's outputs); every other step input
 # except MEMORY is a state, fed back from the step's "NEW_" + name output.
 STATIC_INPUTS = ("ENCODER_OUTPUTS", "PROCESSED_INPUTS", "MASK")
+PAD_PARAMETER = "pad_latent_frames"  # config parameter: the latent's frame multiple
 
 
 class Tacotron2Runner:
-    """ids -> (postnet mel [n_mels, frames + 2 * edge_frames], that frame count) per item."""
+    """ids -> (postnet mel [n_mels, frames + 2 * edge_frames], that frame count) per item;
+    with ``frame_multiple`` > 1 the mel is zero-padded to a multiple of it, the count kept."""
 
     def __init__(
         self,
@@ -51,7 +60,10 @@ class Tacotron2Runner:
         max_decoder_steps: int,
         edge_frames: int,
         stop_threshold: float = 0.5,
+        frame_multiple: int = 1,
     ) -> None:
+        if frame_multiple < 1:
+            raise ValueError(f"tacotron2: {PAD_PARAMETER} must be a positive integer, not {frame_multiple}")
         folder = Path(folder)
         self.encoder = cpu_session(folder / ENCODER_FILE, threads)
         self.step = cpu_session(folder / DECODER_STEP_FILE, threads)
@@ -59,6 +71,7 @@ class Tacotron2Runner:
         self.max_decoder_steps = max_decoder_steps
         self.edge_frames = edge_frames
         self.stop_threshold = stop_threshold
+        self.frame_multiple = frame_multiple
         self.encoder_inputs = [i.name for i in self.encoder.get_inputs()]
         self.uses_speaker = "SPEAKER_ID" in self.encoder_inputs
         step_inputs = self.step.get_inputs()
@@ -71,6 +84,17 @@ class Tacotron2Runner:
         }
         self.n_mels = int(step_inputs[[i.name for i in step_inputs].index("MEMORY")].shape[1])
         self.step_outputs = ["FRAMES", "STOP", *("NEW_" + name for name in self.states)]
+
+    @classmethod
+    def from_settings(cls, settings: StageSettings, voice: Voice) -> Tacotron2Runner:
+        """The runner a Triton acoustic model's config and voice ask for."""
+        return cls(
+            settings.onnx_path.parent,
+            settings.threads,
+            voice.max_decoder_steps,
+            voice.mel_edge_frames,
+            frame_multiple=settings.int_parameter(PAD_PARAMETER, 1),
+        )
 
     def run(
         self,
@@ -96,11 +120,21 @@ class Tacotron2Runner:
             for i in group:
                 results[i] = RunFailed(f"tacotron2 acoustic model failed: {err}")
             return results
-        edge = self.edge_frames
         for i, mel in zip(group, mels, strict=True):
-            padded = np.pad(mel, ((0, 0), (edge, edge)), mode="edge") if edge else mel
-            results[i] = (np.ascontiguousarray(padded, dtype=np.float32), int(padded.shape[-1]))
+            results[i] = self._latent(mel)
         return results
+
+    def _latent(self, mel: FloatArray) -> tuple[FloatArray, int]:
+        """The vocoder's edge frames repeated at both ends, then zeros up to the frame
+        multiple; and the frame count without those zeros."""
+        edge = self.edge_frames
+        if edge:
+            mel = np.pad(mel, ((0, 0), (edge, edge)), mode="edge")
+        frames = int(mel.shape[-1])
+        extra = -frames % self.frame_multiple
+        if extra:
+            mel = np.pad(mel, ((0, 0), (0, extra)))
+        return np.ascontiguousarray(mel, dtype=np.float32), frames
 
     def iter_run(
         self,

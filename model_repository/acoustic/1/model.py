@@ -6,6 +6,9 @@ Python-backend model. GPU nodes load the same ``model.onnx`` with the native
 Inputs are ragged (``allow_ragged_batch``): requests of any length arrive in one
 execution; :class:`triton_tts.stages.AcousticRunner` plans and pads the ONNX runs, and
 each request is answered as soon as its item is done.
+
+A Tacotron2 voice's acoustic stage (a decoder loop in Python) is this model on every node;
+its GPU named configs add ``pad_latent_frames`` for the native vocoder after it.
 """
 
 from __future__ import annotations
@@ -30,9 +33,7 @@ class TritonPythonModel:
         voice = Voice.load(settings.onnx_path.parent)
         self.runner: AcousticRunner | Tacotron2Runner
         if voice.acoustic_kind == "tacotron2":  # autoregressive: the decoder loop runs here
-            self.runner = Tacotron2Runner(
-                settings.onnx_path.parent, settings.threads, voice.max_decoder_steps, voice.mel_edge_frames
-            )
+            self.runner = Tacotron2Runner.from_settings(settings, voice)
         else:
             self.runner = AcousticRunner.from_settings(settings)
         pb_utils.Logger.log_info(

@@ -1,0 +1,204 @@
+"""How long one chunk may be: the bound every engine, chunk and request agrees on.
+
+A TensorRT engine accepts only the shapes its optimisation profile covers, and a batch
+with one item past the profile fails as a whole. So every chunk the API accepts must fit,
+at the slowest SPEED and the noisiest NOISE_W: a 400-character chunk runs ~25 s at speed
+1, four times that at SPEED 0.25, and NOISE_W 2 stretches durations further. Characters
+cannot bound frames; phoneme ids with the voice's measured durations can:
+
+- each voice has a budget per chunk: at most :data:`MAX_CHUNK_IDS` phoneme ids (the
+  acoustic profile's max) and :data:`MAX_CHUNK_SECONDS` of audio (``max_frames``, a
+  multiple of the latents' 64-frame padding: the vocoder profile's max);
+- when a repository is built, the voice's acoustic model runs on
+  :data:`CALIBRATION_TEXTS` at speed 1 and several NOISE_W; the worst frames per phoneme
+  id (x :data:`MARGIN`) predicts a chunk's frames before any model runs;
+- preprocess, which sees the ids, refuses a chunk over either budget (INVALID_ARG,
+  :data:`TOO_LONG`); ``tts`` and ``tts_stream`` pack chunks shorter at slow speeds and
+  split a refused chunk in two until the pieces fit, so long texts never fail on it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from triton_tts.batching import FRAME_MULTIPLE  # acoustic graphs pad LATENT's frames to it
+from triton_tts.validation import MAX_NOISE
+
+MAX_CHUNK_SECONDS = 48.0  # of audio per chunk; 400 characters of prose run ~25 s at speed 1
+MAX_CHUNK_IDS = 2048  # phoneme ids per chunk (a bucket of batching.PHONEME_BUCKETS)
+MARGIN = 1.25  # on the calibrated frames per id
+NOISE_W_GRID = (0.0, 1.0, MAX_NOISE)  # calibrated points; linear in between
+NOISY_DRAWS = 2  # runs per text where NOISE_W > 0 (the duration noise is random)
+# Plain sentences and the slowest texts per id we know (interjections, spelled letters,
+# numbers, one-word sentences), after normalisation.
+CALIBRATION_TEXTS = (
+    "The quick brown fox jumps over the lazy dog near the river bank.",
+    "Please hold while I transfer your call to the next available agent.",
+    "Hmm... uh, oh! Ah? Well; mm, okay.",
+    "FBI, CIA, NASA, USA, UK, EU, NATO, UNESCO, IBM, BBC.",
+    "a b c d e f g h i j k l m n o p q r s t u v w x y z",
+    "1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20",
+    "Yes. No. Maybe. Stop. Go. Wait. Now. Here. There.",
+    "On 12/25/2024 at 3:45 PM, the total was $1,234.56, or 78% of the budget.",
+)
+TOO_LONG = "TEXT is too long for one chunk"
+CACHE_FILE = "chunk_limits.json"  # in the voice folder, next to the graph it was measured on
+
+
+@dataclass(frozen=True)
+class ChunkLimits:
+    """One voice's chunk budget, measured at build and rendered into the configs."""
+
+    max_ids: int
+    max_frames: int
+    # (NOISE_W, frames per phoneme id at speed 1), ascending NOISE_W, margin included
+    frames_per_id: tuple[tuple[float, float], ...]
+
+    def frames_per_id_at(self, noise_w: float) -> float:
+        points = self.frames_per_id
+        if noise_w <= points[0][0]:
+            return points[0][1]
+        for (w0, f0), (w1, f1) in itertools.pairwise(points):
+            if noise_w <= w1:
+                return f0 + (f1 - f0) * (noise_w - w0) / (w1 - w0)
+        return points[-1][1]
+
+    def predicted_frames(self, ids: int, speed: float, noise_w: float) -> int:
+        """Calibrated at speed 1, where each id's duration was rounded up once; at another
+        speed the model rounds up d / speed instead, up to one frame more per id."""
+        rounding = 0.0 if speed == 1.0 else 1.0
+        return math.ceil(ids * (self.frames_per_id_at(noise_w) / speed + rounding))
+
+    def refusal(self, ids: int, speed: float, noise_w: float) -> str | None:
+        """Why a chunk of ``ids`` phoneme ids is over budget, or None if it fits."""
+        if ids > self.max_ids:
+            return (
+                f"{TOO_LONG}: {ids} phoneme ids, at most {self.max_ids} (send long text to tts or tts_stream)"
+            )
+        frames = self.predicted_frames(ids, speed, noise_w)
+        if frames > self.max_frames:
+            return (
+                f"{TOO_LONG} at SPEED {speed:g}, NOISE_W {noise_w:g}: ~{frames} frames predicted, at most "
+                f"{self.max_frames} (send long text to tts or tts_stream, which split it)"
+            )
+        return None
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "max_ids": self.max_ids,
+                "max_frames": self.max_frames,
+                "frames_per_id": [list(p) for p in self.frames_per_id],
+            },
+            sort_keys=True,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> ChunkLimits:
+        data = json.loads(text)
+        return cls(
+            int(data["max_ids"]),
+            int(data["max_frames"]),
+            tuple((float(w), float(f)) for w, f in data["frames_per_id"]),
+        )
+
+
+def chunk_scale(limits: ChunkLimits, speed: float | None, noise_w: float | None) -> float:
+    """How much shorter than at speed 1 a long text's chunks are packed, so that slow or
+    noisy requests rarely need a refused chunk split (1.0 for the usual settings)."""
+    slower = min(1.0, speed or 1.0)
+    usual = limits.frames_per_id_at(1.0)
+    noisier = min(1.0, usual / limits.frames_per_id_at(1.0 if noise_w is None else noise_w))
+    return slower * noisier
+
+
+def frame_budget(sample_rate: int, hop_length: int, seconds: float = MAX_CHUNK_SECONDS) -> int:
+    frames = math.ceil(seconds * sample_rate / hop_length)
+    return math.ceil(frames / FRAME_MULTIPLE) * FRAME_MULTIPLE
+
+
+def from_measurements(
+    max_frames: int, measured: Sequence[tuple[float, int, int]], margin: float = MARGIN
+) -> ChunkLimits:
+    """measured: (NOISE_W, phoneme ids, frames at speed 1) per run."""
+    envelope: list[tuple[float, float]] = []
+    for w in sorted({w for w, _, _ in measured}):
+        worst = round(margin * max(frames / ids for ww, ids, frames in measured if ww == w), 3)
+        # more duration noise never makes the worst case shorter
+        envelope.append((w, max(worst, envelope[-1][1]) if envelope else worst))
+    return ChunkLimits(MAX_CHUNK_IDS, max_frames, tuple(envelope))
+
+
+def calibrate(voice_dir: Path) -> ChunkLimits:
+    """Measure the voice (cached in its folder, keyed by the acoustic graph)."""
+    from triton_tts.voice import ACOUSTIC_FILE, Voice
+
+    voice = Voice.load(voice_dir)
+    budget = frame_budget(voice.sample_rate, voice.hop_length)
+    if voice.acoustic_kind != "single":
+        return decoder_bound(voice, voice_dir, budget)
+    graph = (voice_dir / ACOUSTIC_FILE).stat()
+    key = f"{graph.st_size}:{graph.st_mtime_ns}:{MARGIN}:{budget}:{len(CALIBRATION_TEXTS)}"
+    cache = voice_dir / CACHE_FILE
+    try:
+        cached = json.loads(cache.read_text(encoding="utf-8"))
+        if cached["key"] == key:
+            return ChunkLimits.from_json(json.dumps(cached["limits"]))
+    except (OSError, ValueError, KeyError):
+        pass
+    limits = from_measurements(budget, measure(voice, voice_dir))
+    with contextlib.suppress(OSError):  # a read-only voice folder: measure again next time
+        cache.write_text(json.dumps({"key": key, "limits": json.loads(limits.to_json())}), encoding="utf-8")
+    return limits
+
+
+def measure(voice: object, voice_dir: Path) -> list[tuple[float, int, int]]:
+    """(NOISE_W, ids, frames) of the calibration texts through the voice's acoustic graph."""
+    import numpy as np
+
+    from triton_tts.stages import AcousticRunner, RunFailed
+    from triton_tts.text.normalize import normalize_english
+    from triton_tts.text.phonemize import EspeakPhonemizer
+    from triton_tts.voice import ACOUSTIC_FILE, Voice
+
+    assert isinstance(voice, Voice)
+    texts = [normalize_english(t) for t in CALIBRATION_TEXTS]
+    symbols = EspeakPhonemizer(voice.phonemizer_language).symbols(texts, voice.tokens)
+    ids = [np.array(voice.phonemes_to_ids(s), dtype=np.int64) for s in symbols]
+    runner = AcousticRunner(voice_dir / ACOUSTIC_FILE, 1, 1, 1 << 20)
+    measured: list[tuple[float, int, int]] = []
+    for noise_w in NOISE_W_GRID:
+        scales = np.array([voice.noise_scale, voice.length_scale, noise_w], dtype=np.float32)
+        for _ in range(NOISY_DRAWS if noise_w > 0 else 1):
+            for row, result in zip(ids, runner.run(ids, [scales] * len(ids)), strict=True):
+                if isinstance(result, RunFailed):
+                    raise RuntimeError(f"calibrating {voice_dir}: {result.message}")
+                measured.append((noise_w, len(row), result[1]))
+    return measured
+
+
+def decoder_bound(voice: object, voice_dir: Path, budget: int) -> ChunkLimits:
+    """Step-wise (Tacotron2) voices: the decoder loop stops at ``max_decoder_steps`` of r
+    frames each whatever the text or SPEED, so that guard bounds frames (a longer mel is
+    cut there, as in Coqui); ids stay bounded by preprocess."""
+    import onnx
+
+    from triton_tts.tacotron import DECODER_STEP_FILE
+    from triton_tts.voice import Voice
+
+    assert isinstance(voice, Voice)
+    step = onnx.load(str(voice_dir / DECODER_STEP_FILE), load_external_data=False).graph
+    frames_out = next(o for o in step.output if o.name == "FRAMES")
+    per_step = frames_out.type.tensor_type.shape.dim[1].dim_value or 1
+    guard = voice.max_decoder_steps * per_step + 2 * voice.mel_edge_frames
+    frames = math.ceil(max(budget, guard) / FRAME_MULTIPLE) * FRAME_MULTIPLE
+    # frames per id at which no chunk of MAX_CHUNK_IDS ids is refused at any SPEED
+    from triton_tts.validation import MIN_SPEED
+
+    return ChunkLimits(MAX_CHUNK_IDS, frames, ((0.0, frames * MIN_SPEED / MAX_CHUNK_IDS),))
