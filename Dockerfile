@@ -50,6 +50,8 @@ ENV TRITON_TTS_HOME=/tmp/triton-tts \
 # The Triton image's unprivileged user (uid 1000).
 USER triton-server
 WORKDIR /tmp
-EXPOSE 8000 8001 8002
-ENTRYPOINT ["tritonserver"]
-CMD ["--model-repository=/models/repository", "--strict-readiness=true", "--exit-timeout-secs=30"]
+EXPOSE 8000 8001 8002 8003
+# tritonserver (the image's) under `triton-tts serve`: a watchdog reloads a model whose
+# Python-backend instance died, and :8003/ready says whether every instance is alive.
+ENTRYPOINT ["triton-tts", "serve", "--no-build"]
+CMD ["--model-repository=/models/repository", "--triton-arg=--exit-timeout-secs=30"]

@@ -22,7 +22,7 @@ HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
 
-.PHONY: setup system-packages serve test lint typecheck check voice repo bench bench-peers clean
+.PHONY: setup system-packages serve test lint typecheck check voice repo bench bench-peers soak clean
 
 HELM := .tools/helm
 PROMTOOL := .tools/promtool
@@ -96,6 +96,10 @@ bench: setup bench-peers
 	$(BIN)/python benchmarks/peers.py
 
 bench-peers: .bench/piper/bin/python .bench/coqui/bin/tts-server
+
+# Memory under mixed traffic for 30 minutes (--minutes), own server: results/soak.json + .png.
+soak: setup
+	$(BIN)/python benchmarks/soak.py
 
 # Peers live in their own virtualenvs: never dependencies of the product.
 .bench/piper/bin/python:

@@ -74,8 +74,8 @@ def latency_level(grpc_url: str, concurrency: int, rounds: int) -> dict[str, Any
     }
 
 
-def process_tree_rss_kib(root_pid: int) -> int:
-    """Resident memory of a process and all its descendants (tritonserver + stubs)."""
+def process_tree(root_pid: int) -> list[int]:
+    """A process and all its descendants (tritonserver + stubs)."""
     children: dict[int, list[int]] = {}
     for status in Path("/proc").glob("[0-9]*/status"):
         try:
@@ -83,23 +83,40 @@ def process_tree_rss_kib(root_pid: int) -> int:
         except (OSError, ValueError):
             continue
         children.setdefault(int(fields.get("PPid", "0").strip()), []).append(int(status.parent.name))
-    total, stack = 0, [root_pid]
+    found, stack = [], [root_pid]
     while stack:
         pid = stack.pop()
-        try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
-        except OSError:
-            continue
+        found.append(pid)
         stack.extend(children.get(pid, []))
-    return total
+    return found
 
 
-def chapter_memory(http_url: str, server_pid: int, chars: int) -> dict[str, Any]:
+def _kib(path: Path, field: str) -> int:
+    try:
+        for line in path.read_text().splitlines():
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def process_tree_rss_kib(root_pid: int) -> int:
+    """Resident memory of the tree; pages shared by two processes (the Python backend's
+    shared-memory regions, mapped by a stub and by tritonserver) count twice."""
+    return sum(_kib(Path(f"/proc/{pid}/status"), "VmRSS") for pid in process_tree(root_pid))
+
+
+def process_tree_pss_kib(root_pid: int) -> int:
+    """Proportional set size of the tree: shared pages counted once, what the machine holds."""
+    return sum(_kib(Path(f"/proc/{pid}/smaps_rollup"), "Pss") for pid in process_tree(root_pid))
+
+
+def chapter_memory(http_url: str, server_pid: int, chars: int, settle_s: float = 60.0) -> dict[str, Any]:
     chapter = (PARAGRAPH + " ") * (chars // (len(PARAGRAPH) + 1) + 1)
     chapter = chapter[:chars].rsplit(" ", 1)[0] + "."
     baseline = process_tree_rss_kib(server_pid)
+    baseline_pss = process_tree_pss_kib(server_pid)
     peak = [baseline]
     done = threading.Event()
 
@@ -116,13 +133,20 @@ def chapter_memory(http_url: str, server_pid: int, chars: int) -> dict[str, Any]
     elapsed = time.perf_counter() - start
     done.set()
     sampler.join()
+    after, after_pss = process_tree_rss_kib(server_pid), process_tree_pss_kib(server_pid)
+    time.sleep(settle_s)
     return {
         "chars": len(chapter),
         "audio_s": result.duration_s,
         "seconds": elapsed,
         "server_rss_before_mib": baseline / 1024,
         "server_rss_peak_mib": peak[0] / 1024,
-        "server_rss_after_mib": process_tree_rss_kib(server_pid) / 1024,
+        "server_rss_after_mib": after / 1024,
+        "server_rss_settled_mib": process_tree_rss_kib(server_pid) / 1024,
+        "settle_s": settle_s,
+        "server_pss_before_mib": baseline_pss / 1024,
+        "server_pss_after_mib": after_pss / 1024,
+        "server_pss_settled_mib": process_tree_pss_kib(server_pid) / 1024,
         "audio_mib": result.audio.nbytes / 2**20,
     }
 
@@ -135,6 +159,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--url-grpc", help="running server's gRPC address (with --url-http)")
     parser.add_argument("--url-http", help="running server's HTTP address")
     parser.add_argument("--no-memory", action="store_true", help="skip the long-text memory run")
+    parser.add_argument("--memory-only", action="store_true", help="only the long-text memory run")
+    parser.add_argument("--settle-s", type=float, default=60.0, help="wait before the last memory reading")
     parser.add_argument("--out", type=Path, default=Path("results/streaming.json"))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -153,10 +179,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         results: dict[str, Any] = {
             "machine": f"{platform.machine()}, {available_cores()} cores",
             "paragraph_chars": len(PARAGRAPH),
-            "levels": [latency_level(grpc_url, c, args.rounds) for c in args.levels],
+            "levels": []
+            if args.memory_only
+            else [latency_level(grpc_url, c, args.rounds) for c in args.levels],
         }
         if pid is not None and not args.no_memory:  # memory is read from /proc: local servers only
-            results["chapter"] = chapter_memory(http_url, pid, args.chapter_chars)
+            results["chapter"] = chapter_memory(http_url, pid, args.chapter_chars, args.settle_s)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2), encoding="utf-8")
     print(f"\n{results['paragraph_chars']}-character paragraph ({results['machine']}):\n")
@@ -173,7 +201,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(
         f"\n{c['chars']} characters -> {c['audio_s'] / 60:.1f} min of audio in {c['seconds']:.1f} s; "
         f"server RSS {c['server_rss_before_mib']:.0f} MiB before, peak {c['server_rss_peak_mib']:.0f} MiB, "
-        f"{c['server_rss_after_mib']:.0f} MiB after (the audio itself: {c['audio_mib']:.0f} MiB)"
+        f"{c['server_rss_after_mib']:.0f} MiB after, {c['server_rss_settled_mib']:.0f} MiB "
+        f"{c['settle_s']:.0f} s later; PSS (shared pages once) {c['server_pss_before_mib']:.0f} -> "
+        f"{c['server_pss_after_mib']:.0f} -> {c['server_pss_settled_mib']:.0f} MiB "
+        f"(the audio itself: {c['audio_mib']:.0f} MiB)"
     )
     return results
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import threading
 import time
@@ -14,7 +15,14 @@ import numpy as np
 import numpy.typing as npt
 import soundfile as sf
 
-from triton_tts.client.tts_client import DEFAULT_TIMEOUT_S, Protocol, SynthesisResult, TTSClient, TTSError
+from triton_tts.client.tts_client import (
+    DEFAULT_TIMEOUT_S,
+    Protocol,
+    RetryPolicy,
+    SynthesisResult,
+    TTSClient,
+    TTSError,
+)
 
 SUBTYPES = {"pcm16": "PCM_16", "float": "FLOAT"}
 
@@ -24,6 +32,26 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--protocol", choices=["http", "grpc"], default="http")
     parser.add_argument("--model", default="tts", help="Triton model to call")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds")
+    retry = RetryPolicy()
+    parser.add_argument(
+        "--retry-attempts",
+        type=int,
+        default=retry.attempts,
+        help="tries in all when the server is busy (HTTP 503 / gRPC UNAVAILABLE); 1: no retries",
+    )
+    parser.add_argument(
+        "--retry-delay",
+        type=float,
+        default=retry.base_delay_s,
+        help="seconds: the first retry waits up to this long (random), each next one up to twice as long",
+    )
+    parser.add_argument(
+        "--retry-max-delay", type=float, default=retry.max_delay_s, help="seconds: cap of one wait"
+    )
+
+
+def retry_policy(args: argparse.Namespace) -> RetryPolicy:
+    return RetryPolicy(args.retry_attempts, args.retry_delay, args.retry_max_delay)
 
 
 def add_synthesis_arguments(parser: argparse.ArgumentParser) -> None:
@@ -89,13 +117,33 @@ def _report(message: str, args: argparse.Namespace) -> None:
     print(message, file=sys.stderr if getattr(args, "output", None) == "-" else sys.stdout)
 
 
+def _unwritable(output: str) -> str | None:
+    """Why ``output`` cannot be written, found before the server spends time on the audio."""
+    if output == "-":
+        return None
+    path = Path(output)
+    if path.is_dir():
+        return f"cannot write {output}: it is a folder (give a file name)"
+    if not path.parent.is_dir():
+        return f"cannot write {output}: there is no folder {path.parent} (create it first)"
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        return f"cannot write {output}: permission denied"
+    return None
+
+
 def say(args: argparse.Namespace) -> int:
+    problem = _unwritable(args.output)
+    if problem:
+        print(f"triton-tts: {problem}", file=sys.stderr)
+        return 1
     text = sys.stdin.read() if args.text == "-" else args.text
     protocol: Protocol = "grpc" if args.stream else args.protocol
     start = time.perf_counter()
     sink: AudioSink | None = None
     try:
-        with TTSClient(args.url, protocol, model=args.model, timeout_s=args.timeout) as client:
+        with TTSClient(
+            args.url, protocol, model=args.model, timeout_s=args.timeout, retry=retry_policy(args)
+        ) as client:
             if not args.stream:
                 result = client.synthesize(text, **_options(args))
                 sink = AudioSink(args.output, result.sample_rate, args.format)
@@ -115,6 +163,9 @@ def say(args: argparse.Namespace) -> int:
         print(f"triton-tts: {err}", file=sys.stderr)
         if sink is None and args.output != "-":
             Path(args.output).unlink(missing_ok=True)
+        return 1
+    except (OSError, sf.SoundFileError) as err:  # the output, after all (a full disk, say)
+        print(f"triton-tts: cannot write {args.output}: {err}", file=sys.stderr)
         return 1
     finally:
         if sink is not None:
@@ -137,17 +188,28 @@ def add_synth_arguments(parser: argparse.ArgumentParser) -> None:
 def synth(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    lines = [
-        (n, line.strip()) for n, line in enumerate(args.input.read_text(encoding="utf-8").splitlines(), 1)
-    ]
+    try:
+        lines = [
+            (n, line.strip()) for n, line in enumerate(args.input.read_text(encoding="utf-8").splitlines(), 1)
+        ]
+    except (OSError, UnicodeDecodeError) as err:
+        cause = err.strerror if isinstance(err, OSError) else "not UTF-8 text"
+        print(f"triton-tts: cannot read --input {args.input}: {cause}", file=sys.stderr)
+        return 1
     jobs = [(n, text) for n, text in lines if text]
-    args.out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        args.out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        print(f"triton-tts: cannot make --out-dir {args.out_dir}: {err.strerror}", file=sys.stderr)
+        return 1
     local = threading.local()
     clients: list[TTSClient] = []
 
     def client() -> TTSClient:
         if not hasattr(local, "client"):
-            local.client = TTSClient(args.url, args.protocol, model=args.model, timeout_s=args.timeout)
+            local.client = TTSClient(
+                args.url, args.protocol, model=args.model, timeout_s=args.timeout, retry=retry_policy(args)
+            )
             clients.append(local.client)
         return local.client  # type: ignore[no-any-return]
 
@@ -156,7 +218,7 @@ def synth(args: argparse.Namespace) -> int:
         result.write_wav(args.out_dir / f"{n:04d}.wav", subtype=SUBTYPES[args.format])
         return n, result
 
-    failures: list[str] = []
+    failures: list[tuple[int, str]] = []
     audio_s = 0.0
     start = time.perf_counter()
     with (
@@ -167,14 +229,18 @@ def synth(args: argparse.Namespace) -> int:
         for future in as_completed(futures):
             try:
                 audio_s += future.result()[1].duration_s
-            except TTSError as err:
-                failures.append(f"line {futures[future]}: {err}")
+            except (TTSError, OSError, sf.SoundFileError) as err:
+                failures.append((futures[future], str(err)))
             bar.update(1)
     for c in clients:
         c.close()
     elapsed = time.perf_counter() - start
-    for failure in failures:
-        print(f"triton-tts: {failure}", file=sys.stderr)
+    causes = {cause for _, cause in failures}
+    if len(failures) > 1 and len(causes) == 1:  # an unreachable server: one line, not one per line
+        print(f"triton-tts: {len(failures)} lines failed: {causes.pop()}", file=sys.stderr)
+    else:
+        for n, cause in sorted(failures):
+            print(f"triton-tts: line {n}: {cause}", file=sys.stderr)
     print(
         f"wrote {len(jobs) - len(failures)} of {len(jobs)} files to {args.out_dir}: "
         f"{audio_s:.1f} s of audio in {elapsed:.1f} s"

@@ -11,15 +11,22 @@ Example::
 
 Models: ``tts`` (whole audio, any length), ``tts_stream`` (decoupled, chunk by chunk;
 gRPC only: HTTP cannot carry Triton's decoupled responses). The sample rate always comes
-from the server.
+from the server. A server at capacity refuses at once (HTTP 503 / gRPC UNAVAILABLE):
+:class:`ServerBusy`, retried with exponential backoff and jitter (:class:`RetryPolicy`;
+a stream only before its first chunk).
 """
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import json
+import logging
 import queue
-from collections.abc import AsyncIterator, Generator, Iterator
-from contextlib import contextmanager
+import random
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
+from contextlib import aclosing, closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -35,6 +42,8 @@ import tritonclient.http.aio as httpaio
 from tritonclient.utils import InferenceServerException
 
 from triton_tts.config_parameters import string_parameters
+
+log = logging.getLogger(__name__)
 
 Protocol = Literal["http", "grpc"]
 DEFAULT_URLS: dict[str, str] = {"http": "localhost:8000", "grpc": "localhost:8001"}
@@ -53,12 +62,53 @@ class ServerUnavailable(TTSError):
     """The server could not be reached, or the model is not ready."""
 
 
+class ServerBusy(ServerUnavailable):
+    """The server is at capacity and refused the request at once, before any work (HTTP
+    503 / gRPC UNAVAILABLE): retryable. The clients retry it per their RetryPolicy."""
+
+
+# What Triton and tts_stream say when they refuse for load: a full queue, a queue wait
+# past the model's timeout, too many streams (model_repository/tts_stream/1/model.py).
+# A stream's error carries no status code, so the words are what the client has.
+BUSY_MESSAGES = ("exceeds maximum queue size", "server busy")
+QUEUE_TIMEOUT = "request timeout expired"  # Triton's own message ends with it
+
+
 class RequestRejected(TTSError):
     """The server refused this request (bad input); the message is the server's."""
 
 
 class TimedOut(TTSError):
     """No answer within the client's timeout."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Retries of :class:`ServerBusy`: exponential backoff with full jitter, so clients
+    refused together do not come back together. Never past the client's ``timeout_s``."""
+
+    attempts: int = 5  # tries in all, the first included; 1: no retries
+    base_delay_s: float = 0.2  # the first retry waits up to this long, each next up to 2x
+    max_delay_s: float = 5.0  # cap of one wait
+
+    def backoff(self, retry: int) -> float:
+        """The longest wait before retry number ``retry`` (0 for the first)."""
+        return float(min(self.max_delay_s, self.base_delay_s * 2.0**retry))
+
+    def delay(self, retry: int, draw: float | None = None) -> float:
+        """The wait before retry ``retry``: uniform in [0, backoff] (``draw`` in [0, 1) fixes it)."""
+        return (random.random() if draw is None else draw) * self.backoff(retry)
+
+    def next_delay(self, retry: int, deadline: float) -> float | None:
+        """How long to wait before retry ``retry``, or None to give up (no attempts left,
+        or the wait would pass ``deadline``, a time.monotonic() value)."""
+        if retry + 1 >= self.attempts:
+            return None
+        wait = self.delay(retry)
+        return wait if time.monotonic() + wait < deadline else None
+
+
+NO_RETRIES = RetryPolicy(attempts=1)
 
 
 @dataclass(frozen=True)
@@ -108,15 +158,27 @@ def classify(err: InferenceServerException, url: str) -> TTSError:
     status = str(err.status() or "")
     message = err.message() or str(err)
     lowered = message.lower()
+    if _is_busy(message):
+        return ServerBusy(f"{url} is busy, retry later: {message}")
     if "unknown model" in lowered or "is not ready" in lowered or "is not found" in lowered:
         return ServerUnavailable(f"{url} does not serve a ready model: {message}")
     if status in ("400", "StatusCode.INVALID_ARGUMENT"):
         return RequestRejected(message)
-    if "deadline" in lowered or "timed out" in lowered or status == "StatusCode.DEADLINE_EXCEEDED":
+    timed_out = "deadline" in lowered or "timed out" in lowered or QUEUE_TIMEOUT in lowered
+    if timed_out or status == "StatusCode.DEADLINE_EXCEEDED":
         return TimedOut(message)
     if status in ("StatusCode.UNAVAILABLE", "503") or "failed to connect" in lowered:
         return ServerUnavailable(f"cannot reach {url}: {message}")
     return TTSError(f"{message} (status {status})" if status else message)
+
+
+def _is_busy(message: str) -> bool:
+    lowered = message.lower().rstrip()
+    return any(words in lowered for words in BUSY_MESSAGES) or lowered.endswith(QUEUE_TIMEOUT)
+
+
+def _gave_up(err: ServerBusy, attempts: int) -> ServerBusy:
+    return ServerBusy(f"{err} (refused {attempts} times)") if attempts > 1 else err
 
 
 @contextmanager
@@ -194,8 +256,11 @@ def _voices(config: dict[str, Any]) -> list[VoiceInfo]:
 
 def _stream_error(error: InferenceServerException, url: str) -> TTSError:
     # An error response inside a stream carries only the server's message: the server
-    # answered and refused this request.
-    return classify(error, url) if error.status() else RequestRejected(error.message() or str(error))
+    # answered and refused this request (for load, or for what it asked).
+    message = error.message() or str(error)
+    if error.status() or _is_busy(message):
+        return classify(error, url)
+    return RequestRejected(message)
 
 
 def _needs_grpc(protocol: str) -> None:
@@ -213,6 +278,7 @@ class _Settings:
         model: str = DEFAULT_MODEL,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         stream_model: str = STREAM_MODEL,
+        retry: RetryPolicy = RetryPolicy(),
     ) -> None:
         if protocol not in DEFAULT_URLS:
             raise ValueError(f"protocol must be 'http' or 'grpc', not {protocol!r}")
@@ -221,6 +287,15 @@ class _Settings:
         self.model = model
         self.stream_model = stream_model
         self.timeout_s = timeout_s
+        self.retry = retry
+
+    def _retry_wait(self, err: ServerBusy, retry: int, started: float) -> float:
+        """The wait before retry ``retry`` of a refused request; raises when out of retries."""
+        wait = self.retry.next_delay(retry, started + self.timeout_s)
+        if wait is None:
+            raise _gave_up(err, retry + 1) from None
+        log.debug("%s busy, retry %d in %.2f s", self.url, retry + 1, wait)
+        return wait
 
 
 class TTSClient(_Settings):
@@ -272,8 +347,18 @@ class TTSClient(_Settings):
         noise_w: float | None = None,
         voice: str | None = None,
     ) -> SynthesisResult:
-        """One text (any length) -> the whole audio; unset options take the server's defaults."""
+        """One text (any length) -> the whole audio; unset options take the server's defaults.
+        A busy server's refusal is retried per ``retry``."""
         options = SynthesisOptions(speed, speaker_id, noise_scale, noise_w, voice)
+        started, retry = time.monotonic(), 0
+        while True:
+            try:
+                return self._synthesize_once(text, options)
+            except ServerBusy as err:
+                time.sleep(self._retry_wait(err, retry, started))
+                retry += 1
+
+    def _synthesize_once(self, text: str | bytes, options: SynthesisOptions) -> SynthesisResult:
         inputs = build_inputs(self._lib, text, options)
         outputs = [self._lib.InferRequestedOutput(n) for n in OUTPUTS]
         try:
@@ -298,9 +383,25 @@ class TTSClient(_Settings):
         voice: str | None = None,
     ) -> Generator[AudioChunk, None, None]:
         """Audio chunks in order as the server makes them (gRPC). Leaving the loop early
-        (or closing the generator) cancels the request on the server."""
+        (or closing the generator) cancels the request on the server. A busy server's
+        refusal is retried per ``retry``, only before the first chunk."""
         _needs_grpc(self.protocol)
         options = SynthesisOptions(speed, speaker_id, noise_scale, noise_w, voice)
+        started = time.monotonic()
+        for retry in itertools.count():
+            chunks = self._stream_once(text, options)
+            try:
+                first = next(chunks, None)
+            except ServerBusy as err:
+                time.sleep(self._retry_wait(err, retry, started))
+                continue
+            with closing(chunks):
+                if first is not None:
+                    yield first
+                    yield from chunks
+            return
+
+    def _stream_once(self, text: str | bytes, options: SynthesisOptions) -> Generator[AudioChunk, None, None]:
         answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
         self._client.start_stream(callback=lambda result, error: answers.put((result, error)))
         finished = False
@@ -353,13 +454,24 @@ class AsyncTTSClient(_Settings):
         await self.close()
 
     async def synthesize(self, text: str | bytes, **options: Any) -> SynthesisResult:
-        inputs = build_inputs(self._lib, text, SynthesisOptions(**options))
+        """As :meth:`TTSClient.synthesize` (busy refusals retried per ``retry``)."""
+        settings = SynthesisOptions(**options)
+        started, retry = time.monotonic(), 0
+        while True:
+            try:
+                return await self._synthesize_once(text, settings)
+            except ServerBusy as err:
+                await asyncio.sleep(self._retry_wait(err, retry, started))
+                retry += 1
+
+    async def _synthesize_once(self, text: str | bytes, options: SynthesisOptions) -> SynthesisResult:
+        inputs = build_inputs(self._lib, text, options)
         outputs = [self._lib.InferRequestedOutput(n) for n in OUTPUTS]
         with _server_errors(self.url, network=(ConnectionError, OSError)):
             if self.protocol == "http":
-                result = await self._client.infer(
-                    self.model, inputs, outputs=outputs, timeout=int(self.timeout_s)
-                )
+                # The session's timeout bounds the call (conn_timeout); infer's own
+                # ``timeout`` would be Triton's request timeout, in microseconds.
+                result = await self._client.infer(self.model, inputs, outputs=outputs)
             else:
                 result = await self._client.infer(
                     self.model, inputs, outputs=outputs, client_timeout=self.timeout_s
@@ -367,8 +479,28 @@ class AsyncTTSClient(_Settings):
         return _result(result)
 
     async def stream(self, text: str | bytes, **options: Any) -> AsyncIterator[AudioChunk]:
+        """As :meth:`TTSClient.stream` (busy refusals retried before the first chunk)."""
         _needs_grpc(self.protocol)
-        inputs = build_inputs(grpcaio, text, SynthesisOptions(**options))
+        settings = SynthesisOptions(**options)
+        started = time.monotonic()
+        for retry in itertools.count():
+            chunks = self._stream_once(text, settings)
+            try:
+                first = await anext(chunks, None)
+            except ServerBusy as err:
+                await asyncio.sleep(self._retry_wait(err, retry, started))
+                continue
+            async with aclosing(chunks):
+                if first is not None:
+                    yield first
+                    async for chunk in chunks:
+                        yield chunk
+            return
+
+    async def _stream_once(
+        self, text: str | bytes, options: SynthesisOptions
+    ) -> AsyncGenerator[AudioChunk, None]:
+        inputs = build_inputs(grpcaio, text, options)
 
         async def requests() -> AsyncIterator[dict[str, Any]]:
             yield {

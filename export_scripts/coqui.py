@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import numpy as np
 import numpy.typing as npt
@@ -65,6 +66,42 @@ class Loaded:
         return self.synthesizer.vocoder_model
 
 
+class DownloadFailed(RuntimeError):
+    """A model name Coqui's model manager could not fetch (no network, an unknown name)."""
+
+
+def _without_traceback(record: logging.LogRecord) -> bool:
+    return record.exc_info is None  # Coqui logs the failure with its traceback; we say it once
+
+
+def _download(manager: Any, name: str) -> Any:
+    """Coqui's ``download_model``, a failure turned into one DownloadFailed with the way out."""
+    import requests
+
+    coqui_log = logging.getLogger("TTS.utils.manage")
+    coqui_log.addFilter(_without_traceback)
+    try:
+        return manager.download_model(name)
+    except requests.RequestException as err:
+        cause: BaseException = err
+        while cause.__cause__ or cause.__context__:  # the socket's own words
+            cause = cause.__cause__ or cause.__context__  # type: ignore[assignment]
+        host = urlparse(str(err.request.url)).hostname if err.request and err.request.url else None
+        where = f" from {host}" if host else ""
+        raise DownloadFailed(
+            f"cannot download Coqui model '{name}'{where} ({cause}): with no network, download it "
+            "where there is one (Coqui keeps models under TTS_HOME) or export from files with "
+            "--checkpoint/--config"
+        ) from err
+    except (KeyError, ValueError) as err:  # Coqui's catalogue lookup
+        raise DownloadFailed(
+            f"Coqui has no model named '{name}': names look like tts_models/en/ljspeech/vits "
+            "(Coqui's `tts --list_models` lists them)"
+        ) from err
+    finally:
+        coqui_log.removeFilter(_without_traceback)
+
+
 def load(
     *,
     model_name: str | None = None,
@@ -82,11 +119,11 @@ def load(
         from TTS.utils.manage import ModelManager
 
         manager = ModelManager(progress_bar=False)
-        checkpoint_str, config_str, item = manager.download_model(model_name)
+        checkpoint_str, config_str, item = _download(manager, model_name)
         checkpoint, config = Path(checkpoint_str), Path(config_str)
         vocoder_name = vocoder_name or (item or {}).get("default_vocoder")
         if vocoder_name:
-            voc_checkpoint, voc_config, _ = manager.download_model(vocoder_name)
+            voc_checkpoint, voc_config, _ = _download(manager, vocoder_name)
             vocoder_checkpoint, vocoder_config = Path(voc_checkpoint), Path(voc_config)
     if checkpoint is None or config is None:
         raise ValueError("give --model-name, or --checkpoint and --config")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -50,3 +51,34 @@ def dims_compatible(a: Sequence[int], b: Sequence[int]) -> bool:
     """Triton's rule for two shapes that must agree (ensemble steps, a request against a
     config): same rank, and each dim equal unless either side is -1 (any size)."""
     return len(a) == len(b) and all(x == y or -1 in (x, y) for x, y in zip(a, b, strict=True))
+
+
+TACOTRON_STEPS = 40  # a random-weight decoder may never stop: keep the guard short
+TACOTRON_STOP_SHIFT = -0.3  # and nudge its stop token (see tests/test_coqui_tacotron2.py)
+
+
+def export_random_coqui_voice(
+    root: Path, family: str, vocoder_family: str | None, speakers: int, folder: Path
+) -> Any:
+    """A random-weight Coqui checkpoint of ``family`` (and vocoder), loaded the way users
+    load theirs and exported to the voice folder ``folder``; returns Coqui's loaded model.
+    Tacotron2 gets a short decoder guard and a nudged stop token so that it stops."""
+    import torch
+
+    from triton_tts.export import coqui
+    from triton_tts.export.coqui_checkpoints import build_tts, build_vocoder
+
+    saved = build_tts(family, root / "tts", speakers=speakers)
+    vocoder = build_vocoder(vocoder_family, root / "vocoder") if vocoder_family else None
+    loaded = coqui.load(
+        checkpoint=saved.checkpoint,
+        config=saved.config,
+        vocoder_checkpoint=vocoder.checkpoint if vocoder else None,
+        vocoder_config=vocoder.config if vocoder else None,
+    )
+    if family == "tacotron2":
+        with torch.no_grad():
+            loaded.tts.decoder.stopnet[1].linear_layer.bias.add_(TACOTRON_STOP_SHIFT)
+        loaded.tts.decoder.max_decoder_steps = loaded.tts.config.max_decoder_steps = TACOTRON_STEPS
+    coqui.export_coqui(loaded, folder)
+    return loaded

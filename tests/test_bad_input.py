@@ -51,19 +51,22 @@ def test_bad_request_is_rejected_naming_the_problem(
 def test_bad_requests_do_not_harm_batched_neighbours(http) -> None:
     good_texts = ["The first good request.", "Another one that must succeed.", "And a third."]
     expected = [synthesize(http, t, **DETERMINISTIC)[0] for t in good_texts]
-    pending: list[tuple[int | None, Any]] = []  # (index of the good text, or None if bad; handle)
-    for i, (_, text, extra, _) in enumerate(BAD_REQUESTS):
-        pending.append((None, http.async_infer("tts", tts_inputs(httpclient, text, **extra))))
-        good = i % len(good_texts)
-        inputs = tts_inputs(httpclient, good_texts[good], **DETERMINISTIC)
-        pending.append((good, http.async_infer("tts", inputs)))
-    for good_index, handle in pending:
-        if good_index is None:
-            with pytest.raises(InferenceServerException):
-                handle.get_result()
-        else:
-            audio = handle.get_result().as_numpy("AUDIO").reshape(-1)
-            np.testing.assert_allclose(audio, expected[good_index], atol=2e-4)
+    # waves of 8 requests, well inside what tts admits at once (4 instances + 8 queued)
+    for wave in range(0, len(BAD_REQUESTS), 4):
+        pending: list[tuple[int | None, Any]] = []  # (index of the good text, or None if bad; handle)
+        for i, (_, text, extra, _) in enumerate(BAD_REQUESTS[wave : wave + 4], start=wave):
+            pending.append((None, http.async_infer("tts", tts_inputs(httpclient, text, **extra))))
+            good = i % len(good_texts)
+            inputs = tts_inputs(httpclient, good_texts[good], **DETERMINISTIC)
+            pending.append((good, http.async_infer("tts", inputs)))
+        for good_index, handle in pending:
+            if good_index is None:
+                with pytest.raises(InferenceServerException) as refused:
+                    handle.get_result()
+                assert refused.value.status() == "400", refused.value  # refused for itself, not busy
+            else:
+                audio = handle.get_result().as_numpy("AUDIO").reshape(-1)
+                np.testing.assert_allclose(audio, expected[good_index], atol=2e-4)
     assert http.is_server_ready() and http.is_model_ready("tts")
     audio, _ = synthesize(http, "Still serving after all that.")
     assert len(audio) > 0
@@ -74,3 +77,70 @@ def test_text_with_nothing_pronounceable_is_rejected(http) -> None:
         http.infer("tts", tts_inputs(httpclient, "?! ... --"))
     assert info.value.status() == "400"
     assert "nothing the voice can pronounce" in info.value.message()
+
+
+UNPRONOUNCEABLE = ["." * 50, "... ,,, !!!", "?! -- ;;", "!!!"]
+GOOD = ["A good sentence to say.", "Another fine request here.", "Short one.", "The last good text."]
+
+
+def test_unpronounceable_texts_batched_with_good_ones_fail_alone(http, grpc, server) -> None:
+    """Concurrent mixes through tts_chunk, tts and tts_stream: each unpronounceable text
+    gets its own 400, each good one its solo audio, and preprocess really ran them in
+    shared executions (Triton's statistics). phonemizer used to glue punctuation-only
+    lines together, shifting every later result of the batch onto the wrong request."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.helpers import model_counts
+    from triton_tts.client import TTSClient, TTSError
+
+    solo = {text: synthesize(http, text, **DETERMINISTIC)[0] for text in GOOD}
+    before = model_counts(http, "preprocess")
+    # a good text, then two unpronounceable ones: the pattern phonemizer glued together
+    mixed = [
+        t
+        for i in range(6)
+        for t in (GOOD[i % 4], UNPRONOUNCEABLE[2 * i % 4], UNPRONOUNCEABLE[(2 * i + 1) % 4])
+    ]
+
+    def outcome(handle: Any) -> Any:
+        try:
+            return handle.get_result().as_numpy("AUDIO").reshape(-1)
+        except InferenceServerException as err:
+            return err
+
+    # tts_chunk all at once; tts in waves its admission bound takes (4 instances + 8 queued)
+    chunked = [(t, http.async_infer("tts_chunk", tts_inputs(httpclient, t, **DETERMINISTIC))) for t in mixed]
+    answers: list[tuple[str, Any]] = []
+    for wave in range(0, len(mixed), 6):
+        texts = mixed[wave : wave + 6]
+        handles = [http.async_infer("tts", tts_inputs(httpclient, t, **DETERMINISTIC)) for t in texts]
+        answers += [(t, outcome(h)) for t, h in zip(texts, handles, strict=True)]
+    answers += [(t, outcome(h)) for t, h in chunked]
+
+    def stream(text: str) -> tuple[str, Any]:
+        with TTSClient(server.grpc_url, protocol="grpc") as client:
+            try:
+                return text, np.concatenate(
+                    [c.audio for c in client.stream(text, noise_scale=0.0, noise_w=0.0)]
+                )
+            except TTSError as err:
+                return text, err
+
+    with ThreadPoolExecutor(4) as pool:  # within the server's stream bound
+        streamed = list(pool.map(stream, mixed))
+    for text, answer in answers:
+        if text in UNPRONOUNCEABLE:
+            assert isinstance(answer, InferenceServerException), text
+            assert answer.status() == "400" and "nothing the voice can pronounce" in answer.message()
+        else:
+            assert not isinstance(answer, InferenceServerException), answer
+            np.testing.assert_allclose(answer, solo[text], atol=2e-4)
+    for text, result in streamed:
+        if text in UNPRONOUNCEABLE:
+            assert isinstance(result, TTSError) and "nothing the voice can pronounce" in str(result)
+        else:
+            assert not isinstance(result, TTSError), result
+            np.testing.assert_allclose(result, solo[text], atol=2e-4)
+    after = model_counts(http, "preprocess")
+    requests, executions = after[0] - before[0], after[1] - before[1]
+    assert requests >= 3 * len(mixed) and executions < requests  # items shared executions

@@ -128,3 +128,41 @@ def test_gpu_bench_script_is_valid_bash_and_uses_real_options() -> None:
 
     parsed = build_parser().parse_args(["build-repo", "--voice", "v", "--out", "r", "--max-batch-size", "64"])
     assert parsed.max_batch_size == 64
+
+
+def test_overload_harness_smoke(server: TritonServer, tmp_path: Path) -> None:
+    import overload
+
+    out = tmp_path / "overload.json"
+    results = overload.main(
+        ["--url", server.grpc_url, "--levels", "1", "2", "--seconds", "2", "--out", str(out)]
+    )
+    assert [r["concurrency"] for r in results["levels"]] == [1, 2]
+    for r in results["levels"]:
+        assert r["ok"] > 0 and r["errors"] == 0 and r["goodput_x_real_time"] > 0
+        assert r["accepted_p99_s"] >= r["accepted_p50_s"] > 0 and 0 <= r["refusal_rate"] <= 1
+    saved = json.loads(out.read_text(encoding="utf-8"))
+    assert {"date", "commit", "machine"} <= set(saved)
+    assert max(r["goodput_of_peak"] for r in saved["levels"]) == 1
+    assert out.with_suffix(".png").stat().st_size > 10_000
+
+
+def test_soak_harness_smoke(tmp_path: Path) -> None:
+    """Starts its own server (memory is read from /proc); half a minute, two clients.
+    No timing or memory assertions: machines are noisy."""
+    import soak
+
+    out = tmp_path / "soak.json"
+    soak.main(["--minutes", "0.5", "--clients", "2", "--settle-s", "2", "--out", str(out)])
+    saved = json.loads(out.read_text(encoding="utf-8"))
+    assert {"date", "commit", "machine"} <= set(saved)
+    assert len(saved["samples"]) >= 10
+    processes = saved["samples"][-1]["processes"]
+    assert "tritonserver" in processes and len(processes) > 1  # and the stubs
+    assert set(saved["requests"]) == set(soak.KINDS)
+    assert all(counts["ok"] > 0 for counts in saved["requests"].values()), saved["requests"]
+    assert saved["errors"]["unexpected"] == 0, saved["errors"]["unexpected_samples"]
+    summary = saved["summary"]
+    assert summary["total_rss"]["growth_after_warmup_pct"] is not None
+    assert "tritonserver" in summary["processes"]
+    assert out.with_suffix(".png").stat().st_size > 10_000

@@ -98,3 +98,88 @@ def test_say_reports_rejections_and_unreachable_servers(server: TritonServer, tm
     unreachable = triton_tts("say", "Hi.", "-o", str(tmp_path / "y.wav"), "--url", f"localhost:{free_port()}")
     assert unreachable.returncode == 1 and "triton-tts:" in unreachable.stderr
     assert not any(tmp_path.glob("*.wav"))
+
+
+# Command line ({tmp}: a scratch folder, {nowhere}: a closed port) -> a fragment of the one
+# line it must end with. No server needed.
+EXPECTED_FAILURES = {
+    "synth-missing-input": (["synth", "--input", "{tmp}/absent.txt"], "cannot read --input"),
+    "synth-out-dir-is-a-file": (
+        ["synth", "--input", "{tmp}/a_file", "--out-dir", "{tmp}/a_file", "--url", "{nowhere}"],
+        "cannot make --out-dir",
+    ),
+    "say-unreachable": (["say", "Hi.", "-o", "{tmp}/x.wav", "--url", "{nowhere}"], "cannot reach"),
+    "say-grpc-unreachable": (
+        ["say", "Hi.", "-o", "{tmp}/x.wav", "--url", "{nowhere}", "--protocol", "grpc"],
+        "cannot reach",
+    ),
+    "say-no-such-folder": (["say", "Hi.", "-o", "{tmp}/absent/x.wav"], "there is no folder"),
+    "say-output-is-a-folder": (["say", "Hi.", "-o", "{tmp}"], "it is a folder"),
+    "voices-unreachable": (["voices", "--url", "{nowhere}"], "cannot reach"),
+    "build-repo-missing-voice": (["build-repo", "--voice", "{tmp}/absent"], "no voice at"),
+    "build-repo-out-is-a-file": (["build-repo", "--out", "{tmp}/a_file"], "is a file"),
+    "export-piper-missing-onnx": (
+        ["export", "piper", "--onnx", "{tmp}/absent.onnx", "--out", "{tmp}/v"],
+        "no Piper voice at",
+    ),
+    "export-piper-corrupt-onnx": (
+        ["export", "piper", "--onnx", "{tmp}/garbage.onnx", "--out", "{tmp}/v"],
+        "is not a loadable ONNX model",
+    ),
+    "export-piper-out-is-a-file": (["export", "piper", "--out", "{tmp}/a_file"], "is a file"),
+}
+
+
+@pytest.mark.parametrize("case", list(EXPECTED_FAILURES))
+def test_expected_failures_end_in_one_line(tmp_path: Path, case: str) -> None:
+    """The cause and the way out in one line on stderr, exit code 1, never a traceback."""
+    (tmp_path / "a_file").write_text("not a folder", encoding="utf-8")
+    (tmp_path / "garbage.onnx").write_bytes(b"\x08\x07not an onnx graph" * 16)
+    (tmp_path / "garbage.onnx.json").write_text("{}", encoding="utf-8")
+    template, fragment = EXPECTED_FAILURES[case]
+    args = [a.format(tmp=tmp_path, nowhere=f"localhost:{free_port()}") for a in template]
+    done = triton_tts(*args)
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("triton-tts: ") and fragment in lines[0], done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    assert not (tmp_path / "v").exists() and not (tmp_path / "x.wav").exists()
+
+
+def test_bugs_keep_their_traceback_and_v_shows_expected_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, voice_dir: Path
+) -> None:
+    from triton_tts import cli
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(cli, "build_repository", broken)
+    with pytest.raises(ZeroDivisionError):  # the voice is sound: not the user's fault
+        cli.main(["build-repo", "--voice", str(voice_dir), "--out", str(tmp_path / "repo")])
+    a_file = tmp_path / "a_file"
+    a_file.touch()
+    assert cli.main(["build-repo", "--out", str(a_file)]) == 1
+    with pytest.raises(cli.UserError, match="is a file"):
+        cli.main(["-v", "build-repo", "--out", str(a_file)])
+
+
+def test_coqui_export_without_network_says_so(tmp_path: Path) -> None:
+    import importlib.util
+    import os
+
+    if importlib.util.find_spec("TTS") is None:
+        pytest.skip("the Coqui export extra is not installed")
+    env = {k: v for k, v in os.environ.items() if k.lower() not in ("no_proxy", "https_proxy", "http_proxy")}
+    closed = f"http://127.0.0.1:{free_port()}"  # no network even where there is one
+    env.update(HTTPS_PROXY=closed, https_proxy=closed, TTS_HOME=str(tmp_path / "tts_home"))
+    done = subprocess.run(
+        [*CLI, "export", "coqui", "--model-name", "tts_models/en/ljspeech/vits", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=300, check=False, env=env,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr and "ERROR" not in done.stderr, done.stderr[-3000:]
+    ours = [line for line in done.stderr.splitlines() if line.startswith("triton-tts:")]
+    assert ours == done.stderr.strip().splitlines()[-1:]
+    assert "cannot download Coqui model 'tts_models/en/ljspeech/vits'" in ours[0]
+    assert "--checkpoint/--config" in ours[0]

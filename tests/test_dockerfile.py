@@ -50,7 +50,9 @@ def test_final_stage_is_lean_non_root_and_read_only_friendly() -> None:
         assert env[cache].startswith("/tmp"), cache
     assert env["TRITON_TTS_HOME"].startswith("/tmp")  # voices and builds: writable
     assert "TRITON_TTS_REPOSITORY_TEMPLATE" not in env  # the template is package data
-    assert [c.value for c in final if c.cmd == "EXPOSE"] == [("8000", "8001", "8002")]
+    assert [c.value for c in final if c.cmd == "EXPOSE"] == [("8000", "8001", "8002", "8003")]
+    # the watchdog's supervisor runs tritonserver (self-healing, readiness on :8003)
+    assert [c.value for c in final if c.cmd == "ENTRYPOINT"] == [("triton-tts", "serve", "--no-build")]
 
 
 def test_generated_artefacts_stay_out_of_the_build_context() -> None:

@@ -90,18 +90,20 @@ def test_defaults_run_on_a_gpu_with_probes_and_graceful_stop(helm: Path) -> None
     assert container["resources"]["requests"]["nvidia.com/gpu"] == "1"
     assert "--model-config-name=gpu" in container["args"]
     assert "--model-repository=/models/repository" in container["args"]
-    assert "--strict-readiness=true" in container["args"]
+    # `triton-tts serve` starts tritonserver with --strict-readiness (triton_tts/server.py)
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"http": 8000, "grpc": 8001, "metrics": 8002}
-    assert container["startupProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": "http"}
-    assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
-    assert container["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
+    assert ports == {"http": 8000, "grpc": 8001, "metrics": 8002, "health": 8003}
+    # the watchdog's health port: ready only with every Python-backend instance alive
+    assert container["command"] == ["triton-tts", "serve", "--no-build"]
+    assert container["startupProbe"]["httpGet"] == {"path": "/ready", "port": "health"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "health"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/live", "port": "health"}
     startup = container["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 300  # room for warm-up
     pod = by_kind(docs, "Deployment")["spec"]["template"]["spec"]
     pre_stop = int(container["lifecycle"]["preStop"]["exec"]["command"][1])
     exit_timeout = int(
-        next(a for a in container["args"] if a.startswith("--exit-timeout-secs=")).split("=")[1]
+        next(a for a in container["args"] if a.startswith("--triton-arg=--exit-timeout-secs=")).split("=")[2]
     )
     assert pod["terminationGracePeriodSeconds"] >= pre_stop + exit_timeout
     # the init container exports the voice and builds the repository, without a GPU
@@ -217,7 +219,26 @@ def test_build_options_reach_the_export(helm: Path) -> None:
     assert "--gpu-queue-delay-us 5000" in script
     models = next(v for v in pod["volumes"] if v["name"] == "models")
     assert models["emptyDir"] == {"medium": "Memory", "sizeLimit": "1Gi"}
-    assert "--log-format=ISO8601" in triton_container(docs)["args"]
+    assert "--triton-arg=--log-format=ISO8601" in triton_container(docs)["args"]
+
+
+def test_the_charts_build_command_is_the_clis_and_its_defaults_are_the_products(helm: Path) -> None:
+    """The init container's build-repo line parses with the real CLI, and with the chart's
+    default values it builds exactly the default BuildOptions (one owner: model_configs)."""
+    import shlex
+
+    from triton_tts.cli import build_options, build_parser
+    from triton_tts.model_configs import BuildOptions
+
+    script = by_kind(render(helm), "Deployment")["spec"]["template"]["spec"]["initContainers"][0]["args"][0]
+    line = next(part for part in script.replace("\\\n", " ").splitlines() if "build-repo" in part)
+    argv = shlex.split(line)[1:]  # after "triton-tts"
+    built = build_options(build_parser().parse_args(argv))
+    chart_differs = {"acoustic_instances", "vocoder_instances"}  # GPU default: one CPU instance each
+    for field in BuildOptions.__dataclass_fields__:
+        if field in chart_differs or field == "voices":
+            continue
+        assert getattr(built, field) == getattr(BuildOptions(), field), field
 
 
 @pytest.mark.parametrize(
@@ -338,3 +359,85 @@ def test_engine_cache_volume_reaches_the_tensorrt_export_only(helm: Path) -> Non
     pod, init, _ = export_and_server(render(helm, "--set", "variant=tensorrt"))
     assert "--cache-dir" not in init["args"][0]
     assert "engine-cache" not in {v["name"] for v in pod["volumes"]}
+
+
+# Triton 2.51's own series (core src/metrics.cc at r24.10) that a dashboard may read.
+TRITON_METRICS = {
+    "nv_inference_request_success", "nv_inference_request_failure", "nv_inference_count",
+    "nv_inference_exec_count", "nv_inference_request_duration_us", "nv_inference_queue_duration_us",
+    "nv_inference_compute_input_duration_us", "nv_inference_compute_infer_duration_us",
+    "nv_inference_compute_output_duration_us", "nv_inference_pending_request_count",
+    "nv_gpu_utilization", "nv_gpu_memory_total_bytes", "nv_gpu_memory_used_bytes",
+    "nv_gpu_power_usage", "nv_gpu_power_limit", "nv_energy_consumption",
+    "nv_cpu_utilization", "nv_cpu_memory_total_bytes", "nv_cpu_memory_used_bytes",
+}  # fmt: skip
+PROMQL_KEYWORDS = {
+    "by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless",
+}  # fmt: skip
+
+
+def promql_metric_names(expr: str) -> set[str]:
+    """The series an expression reads: what is left once label matchers, ranges and
+    grouping labels are gone, less functions (a name before "(") and keywords."""
+    import re
+
+    bare = re.sub(r"\{[^}]*\}|\[[^\]]*\]", " ", expr)
+    bare = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", bare)
+    return {
+        m[0]
+        for m in re.finditer(r"[a-zA-Z_:][a-zA-Z0-9_:]*", bare)
+        if m[0] not in PROMQL_KEYWORDS and not bare[m.end() :].lstrip().startswith("(")
+    }
+
+
+def test_grafana_dashboard_reads_only_series_that_exist(helm: Path, tmp_path: Path) -> None:
+    from triton_tts.metrics import FAMILIES
+
+    assert not [d for d in render(helm) if d["kind"] == "ConfigMap"]  # off by default
+    docs = render(helm, "-f", str(CHART / "ci" / "full-gpu-pool-values.yaml"))
+    (config_map,) = [d for d in docs if d["kind"] == "ConfigMap"]
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"  # Grafana's sidecar label
+    assert config_map["metadata"]["annotations"] == {"grafana_folder": "Speech"}
+    (text,) = config_map["data"].values()
+    dashboard = json.loads(text)
+    titles = {p["title"] for p in dashboard["panels"]}
+    assert {
+        "Requests by outcome", "Characters per second, per voice", "Audio seconds per second, per voice",
+        "First-chunk latency (tts_stream)", "Real-time factor", "Triton queue time per stage",
+        "GPU utilisation",
+    } <= titles  # fmt: skip
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    ours = {
+        f.name + suffix
+        for f in FAMILIES
+        for suffix in (("",) if f.kind == "COUNTER" else ("_bucket", "_sum", "_count"))
+    }
+    read = set().union(*(promql_metric_names(e) for e in exprs))
+    assert read <= ours | TRITON_METRICS, read - ours - TRITON_METRICS
+    assert {f.name for f in FAMILIES} <= {n.removesuffix("_bucket").removesuffix("_sum") for n in read}
+    # every selector reads this release's pods only
+    for expr in exprs:
+        assert expr.count('namespace="speech", pod=~"tts-triton-tts-') == expr.count("{"), expr
+    # and Prometheus parses every query (Grafana's $__rate_interval is a range at run time)
+    rules = tmp_path / "dashboard-rules.yaml"
+    rules.write_text(
+        yaml.safe_dump(
+            {
+                "groups": [
+                    {
+                        "name": "dashboard",
+                        "rules": [
+                            {"record": f"dashboard:query{i}", "expr": e.replace("$__rate_interval", "5m")}
+                            for i, e in enumerate(exprs)
+                        ],
+                    }
+                ]
+            }
+        ),
+        encoding="utf-8",
+    )
+    promtool = required_tool("promtool", "scripts/fetch_promtool.py")
+    checked = subprocess.run(
+        [str(promtool), "check", "rules", str(rules)], capture_output=True, text=True, check=False
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr

@@ -207,7 +207,7 @@ def test_the_image_install_serves_an_intelligible_sentence(image_install: Path, 
     log = (tmp_path / "serve.log").open("w", encoding="utf-8")
     serve = subprocess.Popen(
         [str(image_install / "bin" / "triton-tts"), "serve", f"--http-port={http_port}",
-         f"--grpc-port={grpc_port}", f"--metrics-port={metrics_port}"],
+         f"--grpc-port={grpc_port}", f"--metrics-port={metrics_port}", f"--health-port={free_port()}"],
         cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     client = httpclient.InferenceServerClient(f"localhost:{http_port}", network_timeout=120)

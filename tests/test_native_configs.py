@@ -38,7 +38,7 @@ from google.protobuf import json_format
 from onnx import TensorProto
 from tritonclient.grpc import model_config_pb2 as mc
 
-from tests.helpers import DETERMINISTIC, dims_compatible
+from tests.helpers import DETERMINISTIC, dims_compatible, export_random_coqui_voice
 from triton_tts.batching import FRAME_MULTIPLE
 from triton_tts.export import tensorrt
 from triton_tts.model_configs import GPU_VARIANTS, VOICE_SEPARATOR, parse
@@ -61,8 +61,6 @@ COQUI_VOICES = {
     "coqui-tacotron2": ("tacotron2", "hifigan", 1),
 }
 VOICES = ("joe", *COQUI_VOICES)
-TACOTRON_STEPS = 40  # a random-weight decoder may never stop: keep the guard short
-TACOTRON_STOP_SHIFT = -0.3  # and nudge its stop token (see tests/test_coqui_tacotron2.py)
 
 # In queue order. The short ones first share a length bucket, so the batcher joins
 # different lengths; the rest spread over other buckets and latent widths.
@@ -113,27 +111,11 @@ NUMPY_TYPES: dict[int, type[Any]] = {
 
 
 def build_coqui_voices(root: Path) -> list[Path]:
-    import torch
-
-    from triton_tts.export import coqui
-    from triton_tts.export.coqui_checkpoints import build_tts, build_vocoder
-
     folders = []
     for name, (family, vocoder_family, speakers) in COQUI_VOICES.items():
-        saved = build_tts(family, root / name / "tts", speakers=speakers)
-        vocoder = build_vocoder(vocoder_family, root / name / "vocoder") if vocoder_family else None
-        loaded = coqui.load(
-            checkpoint=saved.checkpoint,
-            config=saved.config,
-            vocoder_checkpoint=vocoder.checkpoint if vocoder else None,
-            vocoder_config=vocoder.config if vocoder else None,
-        )
-        if family == "tacotron2":
-            with torch.no_grad():
-                loaded.tts.decoder.stopnet[1].linear_layer.bias.add_(TACOTRON_STOP_SHIFT)
-            loaded.tts.decoder.max_decoder_steps = loaded.tts.config.max_decoder_steps = TACOTRON_STEPS
-        coqui.export_coqui(loaded, root / "voices" / name)
-        folders.append(root / "voices" / name)
+        folder = root / "voices" / name
+        export_random_coqui_voice(root / name, family, vocoder_family, speakers, folder)
+        folders.append(folder)
     return folders
 
 

@@ -6,11 +6,16 @@ Python models: validate and normalise the text once, split it into chunks
 ensemble that short requests use, so chunks of long texts batch with everyone else's
 traffic in the acoustic and vocoder models. Only importable inside Triton's Python
 backend (it needs ``triton_python_backend_utils``).
+
+Work for a request that no one waits for stops: before each chunk starts, the request's
+:class:`Cancellation` is asked, and a cancelled request starts no more chunks (those in
+flight, at most ``chunks_in_flight``, finish and are dropped).
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -38,11 +43,52 @@ class ChunkFailed(Exception):
         self.error = error
 
 
+class RequestCancelled(Exception):
+    """A request stopped before its last chunk (see :class:`Cancellation`)."""
+
+    def __init__(self, reason: str, done: int, total: int) -> None:
+        super().__init__(f"{reason}: stopped after {done} of {total} chunks")
+        self.timed_out = reason == Cancellation.TIMED_OUT
+
+
+class Cancellation:
+    """Asked before each chunk starts: should the request's remaining chunks be skipped?
+
+    Yes once Triton marks the request cancelled (``is_cancelled``: the request's, or a
+    decoupled model's response sender's): a gRPC client cancelled it, its ``client_timeout``
+    (the gRPC deadline) passed, or it went away. Triton 2.51 does not mark a request whose
+    HTTP client disconnects (tests/test_cancellation.py shows it): that one runs to its
+    end, ``chunks_in_flight`` chunks at a time. Any request can bound itself, over either
+    protocol, with its own ``timeout`` (tritonclient's ``timeout=``, in microseconds, read
+    here with ``request.timeout()``): yes, too, once that long has passed since the model
+    started it (the wait in Triton's queue before that is Triton's to bound). Each
+    question is one round trip to Triton, once per chunk.
+    """
+
+    CANCELLED = "request cancelled"
+    TIMED_OUT = "request timeout expired"
+
+    def __init__(self, is_cancelled: Callable[[], bool], timeout_us: int = 0) -> None:
+        self._is_cancelled = is_cancelled
+        self._deadline = time.monotonic() + timeout_us / 1e6 if timeout_us > 0 else None
+        self.reason: str | None = None
+
+    def __call__(self) -> bool:
+        if self.reason is None:
+            if self._deadline is not None and time.monotonic() >= self._deadline:
+                self.reason = self.TIMED_OUT
+            elif self._is_cancelled():
+                self.reason = self.CANCELLED
+        return self.reason is not None
+
+
 @dataclass
 class LongTextRequest:
     chunks: list[str]
     passed_through: list[Any]  # pb_utils.Tensor inputs forwarded to every chunk
     model: str = "tts_chunk"  # the chosen voice's ensemble
+    voice: str = ""  # the chosen voice's name
+    characters: int = 0  # of the decoded TEXT, before normalisation (for metrics)
 
 
 @dataclass(frozen=True)
@@ -101,7 +147,8 @@ def read_request(request: Any, settings: LongTextSettings) -> LongTextRequest:
     raw = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy().reshape(-1)
     if raw.size != 1:
         raise InvalidRequest(f"TEXT must hold one string per request, got {raw.size}")
-    text = normalize_english(decode_text(raw[0], limit=MAX_LONG_TEXT_CHARS))
+    decoded = decode_text(raw[0], limit=MAX_LONG_TEXT_CHARS)
+    text = normalize_english(decoded)
     voice = settings.voice(requested_voice(request))
     options = read_options(request, voice.name, voice.num_speakers)  # fail before any chunk runs
     chunks = split_text(text, settings.plan.scaled(chunk_scale(voice.limits, options.speed, options.noise_w)))
@@ -110,7 +157,7 @@ def read_request(request: Any, settings: LongTextSettings) -> LongTextRequest:
     extras = [
         t for name in PASSED_THROUGH if (t := pb_utils.get_input_tensor_by_name(request, name)) is not None
     ]
-    return LongTextRequest(chunks, extras, voice.model)
+    return LongTextRequest(chunks, extras, voice.model, voice.name, len(decoded))
 
 
 def synthesize_chunk(model: str, text: str, extras: list[Any]) -> tuple[npt.NDArray[np.float32], int]:
@@ -146,13 +193,15 @@ def in_order(
     pool: ThreadPoolExecutor,
     request: LongTextRequest,
     window: int,
-    cancelled: Callable[[], bool] = lambda: False,
+    cancellation: Cancellation | None = None,
 ) -> Iterator[tuple[int, npt.NDArray[np.float32], int]]:
     """Yield (index, joined audio, rate) in reading order, ``window`` chunks in flight.
 
-    Later chunks are synthesised while earlier ones are delivered; nothing new is started
-    once ``cancelled()`` turns true. Chunks with nothing to pronounce are skipped (the last
-    one is still yielded, empty, so a stream always gets its IS_LAST chunk).
+    Later chunks are synthesised while earlier ones are delivered. ``cancellation`` is
+    asked before each chunk is waited for: once it says stop, nothing new starts, the
+    chunks in flight are left to finish unread, and :class:`RequestCancelled` is raised.
+    Chunks with nothing to pronounce are skipped (the last one is still yielded, empty, so
+    a stream always gets its IS_LAST chunk).
     """
     count = len(request.chunks)
     rate_seen = 0
@@ -162,13 +211,13 @@ def in_order(
         # The first chunk travels alone: the stages run a batch's items one after
         # another, so chunk 0 batched behind the (long) chunk 1 would wait for it.
         limit = 1 if index == 0 else window
-        while submitted < count and submitted < index + limit and not cancelled():
+        if cancellation is not None and cancellation():
+            raise RequestCancelled(cancellation.reason or Cancellation.CANCELLED, index, count)
+        while submitted < count and submitted < index + limit:
             pending[submitted] = pool.submit(
                 synthesize_chunk, request.model, request.chunks[submitted], request.passed_through
             )
             submitted += 1
-        if index not in pending:
-            return  # cancelled before this chunk started
         audio, rate = pending.pop(index).result()
         rate_seen = rate or rate_seen
         if audio.size == 0 and index < count - 1:
@@ -179,6 +228,9 @@ def in_order(
 
 
 def error_response(err: Exception) -> Any:
+    if isinstance(err, RequestCancelled):  # a timeout is UNAVAILABLE, as Triton's own queue says
+        code = pb_utils.TritonError.UNAVAILABLE if err.timed_out else pb_utils.TritonError.CANCELLED
+        return pb_utils.InferenceResponse(error=pb_utils.TritonError(str(err), code))
     if isinstance(err, ChunkFailed):  # keep the chunk's error code (e.g. INVALID_ARG)
         code = err.error.code() if hasattr(err.error, "code") else pb_utils.TritonError.INTERNAL
         return pb_utils.InferenceResponse(error=pb_utils.TritonError(err.error.message(), code))
@@ -187,3 +239,18 @@ def error_response(err: Exception) -> Any:
             error=pb_utils.TritonError(str(err), pb_utils.TritonError.INVALID_ARG)
         )
     return pb_utils.InferenceResponse(error=pb_utils.TritonError(f"synthesis failed: {err}"))
+
+
+def outcome(err: Exception) -> str:
+    """The metrics' outcome (triton_tts.metrics.OUTCOMES) of a request that ended in ``err``."""
+    if isinstance(err, RequestCancelled):
+        return "cancelled"
+    if isinstance(err, InvalidRequest):
+        return "invalid"
+    if isinstance(err, ChunkFailed) and hasattr(err.error, "code"):
+        return {
+            pb_utils.TritonError.INVALID_ARG: "invalid",
+            pb_utils.TritonError.UNAVAILABLE: "busy",
+            pb_utils.TritonError.CANCELLED: "cancelled",
+        }.get(err.error.code(), "failed")
+    return "failed"

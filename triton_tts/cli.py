@@ -10,9 +10,13 @@ triton-tts build-repo --voice voices/joe --voice voices/ljs   # several voices; 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import os
+import secrets
 import signal
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 from triton_tts import paths
@@ -24,10 +28,19 @@ from triton_tts.client.cli import (
     synth,
     voices,
 )
+from triton_tts.client.tts_client import TTSError
 from triton_tts.model_configs import BuildOptions
 from triton_tts.repository import build_repository, ensure_default_voice
+from triton_tts.server import TritonServer, supervised
+
+ADMIN_KEY_ENV = "TRITON_TTS_ADMIN_KEY"  # default: a fresh random key per start
 
 log = logging.getLogger("triton_tts")
+
+
+class UserError(Exception):
+    """An expected failure whose message names the cause and the way out: main() prints it
+    as one line, without a traceback (-v shows one)."""
 
 
 def add_build_options(parser: argparse.ArgumentParser) -> None:
@@ -51,6 +64,29 @@ def add_build_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--acoustic-items-per-run", type=int, default=d.acoustic_items_per_run, help="CPU")
     group.add_argument("--gpu-instances", type=int, default=d.gpu_instances, help="per GPU model")
     group.add_argument("--gpu-queue-delay-us", type=int, default=d.gpu_queue_delay_us)
+    # Admission: what is beyond these is refused at once (HTTP 503 / gRPC UNAVAILABLE).
+    group.add_argument(
+        "--long-text-instances", type=int, default=d.long_text_instances, help="tts: texts in progress"
+    )
+    group.add_argument(
+        "--long-text-queue-size",
+        type=int,
+        default=d.long_text_queue_size,
+        help="tts: texts waiting; 0: no bound",
+    )
+    group.add_argument(
+        "--long-text-queue-timeout-us",
+        type=int,
+        default=d.long_text_queue_timeout_us,
+        help="tts: refuse a text queued this long; 0: never",
+    )
+    group.add_argument("--max-streams", type=int, default=d.max_streams, help="tts_stream; 0: no bound")
+    group.add_argument(
+        "--chunk-queue-size",
+        type=int,
+        default=d.chunk_queue_size,
+        help="direct tts_chunk requests a stage queue holds beyond tts/tts_stream's chunks; 0: no bound",
+    )
 
 
 def build_options(args: argparse.Namespace) -> BuildOptions:
@@ -66,6 +102,11 @@ def build_options(args: argparse.Namespace) -> BuildOptions:
         acoustic_items_per_run=args.acoustic_items_per_run,
         gpu_instances=args.gpu_instances,
         gpu_queue_delay_us=args.gpu_queue_delay_us,
+        long_text_instances=args.long_text_instances,
+        long_text_queue_size=args.long_text_queue_size,
+        long_text_queue_timeout_us=args.long_text_queue_timeout_us,
+        max_streams=args.max_streams,
+        chunk_queue_size=args.chunk_queue_size,
     )
 
 
@@ -76,7 +117,14 @@ def _voice_dirs(args: argparse.Namespace) -> list[Path]:
     return dirs
 
 
+def _output_folder(out: Path) -> Path:
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file: give a folder to write into")
+    return out
+
+
 def cmd_build_repo(args: argparse.Namespace) -> int:
+    _output_folder(args.out)
     build_repository(_voice_dirs(args), args.out, build_options(args))
     return 0
 
@@ -88,13 +136,23 @@ def cmd_export_coqui(args: argparse.Namespace) -> int:
         raise SystemExit(
             f"{err}: the Coqui export needs the export extra: pip install 'triton-tts[export]'"
         ) from err
-    coqui.run(args)
+    _output_folder(args.out)
+    try:
+        coqui.run(args)
+    except coqui.DownloadFailed as err:
+        raise UserError(str(err)) from err
     return 0
 
 
 def cmd_export_piper(args: argparse.Namespace) -> int:
     from triton_tts.export import piper
 
+    _output_folder(args.out)
+    if args.onnx and not args.onnx.is_file():
+        raise UserError(f"no Piper voice at --onnx {args.onnx}: give the path of a Piper .onnx file")
+    config = args.config or (args.onnx and args.onnx.with_suffix(args.onnx.suffix + ".json"))
+    if config and not config.is_file():
+        raise UserError(f"no voice config {config}: give the Piper .onnx.json with --config")
     forwarded = ["--out", str(args.out)]
     if args.onnx:
         forwarded += ["--onnx", str(args.onnx)]
@@ -118,15 +176,13 @@ def cmd_export_int8(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from triton_tts.server import TritonServer
-
     # Ctrl-C, `kill` and Kubernetes all stop the server the same way: Triton drains
     # in-flight requests, then exits. Installed explicitly, since a shell may start us
     # with SIGINT ignored (background jobs), and SIGTERM would otherwise orphan Triton.
     signal.signal(signal.SIGINT, _stop_on_signal)
     signal.signal(signal.SIGTERM, _stop_on_signal)
     if not args.no_build:
-        build_repository(_voice_dirs(args), args.model_repository, build_options(args))
+        build_repository(_voice_dirs(args), Path(args.model_repository), build_options(args))
     server = TritonServer(
         args.model_repository,
         http_port=args.http_port,
@@ -134,26 +190,43 @@ def cmd_serve(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port,
         model_config_name=args.model_config_name,
         log_verbose=args.log_verbose,
+        extra_args=list(args.triton_arg or []),
+        # the watchdog's key to Triton's model control; clients never see it
+        admin_key=None if args.no_watchdog else os.environ.get(ADMIN_KEY_ENV) or secrets.token_urlsafe(24),
     )
     server.start()
+    with ExitStack() as supervision:
+        return _serve(args, server, supervision)
+
+
+def _serve(args: argparse.Namespace, server: TritonServer, supervision: ExitStack) -> int:
     try:
         server.wait_ready()
+        if server.admin_key:
+            supervision.enter_context(supervised(server, args.health_port or None))
         print(
             "\ntriton-tts is ready (warm-up done).\n"
             f"  HTTP    localhost:{args.http_port}   gRPC localhost:{args.grpc_port}"
             f"   metrics http://localhost:{args.metrics_port}/metrics\n"
             f'  speak:  triton-tts say "Hello from Triton." -o hello.wav --url localhost:{args.http_port}\n'
             f"          triton-tts say 'Hello.' --protocol grpc --url localhost:{args.grpc_port} -o hi.wav\n"
-            "  Ctrl-C stops the server.\n",
+            + (
+                f"  health  http://localhost:{args.health_port}/ready (every instance alive)\n"
+                if args.health_port
+                else ""
+            )
+            + "  Ctrl-C stops the server.\n",
             flush=True,
         )
         assert server.process is not None
         return server.process.wait()
     except KeyboardInterrupt:
         print("\nstopping tritonserver...", flush=True)
+        supervision.close()  # the watchdog first: stopping stubs are not to be healed
         return server.stop() or 0
     except (RuntimeError, TimeoutError) as err:
         print(f"triton-tts: {err}", file=sys.stderr)
+        supervision.close()
         server.stop()
         return 1
 
@@ -174,9 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--model-repository",
-        type=Path,
-        default=paths.default_build_dir(),
-        help="repository to build and serve",
+        default=str(paths.default_build_dir()),
+        help="repository to build and serve (with --no-build also s3://, gs://, as://)",
     )
     serve.add_argument("--http-port", type=int, default=8000)
     serve.add_argument("--grpc-port", type=int, default=8001)
@@ -186,6 +258,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--log-verbose", type=int, default=0, help="tritonserver --log-verbose")
     serve.add_argument("--no-build", action="store_true", help="serve the repository as it is")
+    serve.add_argument(
+        "--health-port",
+        type=int,
+        default=8003,
+        help="/ready (Triton ready and every Python-backend instance alive) and /live; 0: off",
+    )
+    serve.add_argument(
+        "--no-watchdog",
+        action="store_true",
+        help="do not heal dead Python-backend instances (Triton's model control stays off)",
+    )
+    serve.add_argument(
+        "--triton-arg",
+        action="append",
+        metavar="ARG",
+        help="extra tritonserver argument, e.g. --triton-arg=--exit-timeout-secs=30 (repeatable)",
+    )
     add_build_options(serve)
     serve.set_defaults(func=cmd_serve)
 
@@ -241,12 +330,73 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _broken_input(args: argparse.Namespace) -> str | None:
+    """After an unexpected failure: a voice folder or graph the command reads that cannot be
+    loaded (a corrupt or truncated file), or None when the inputs are sound (then: a bug)."""
+    from triton_tts.server import onnx_load_error
+    from triton_tts.voice import Voice
+
+    if args.command == "export" and args.family == "piper":
+        if not args.onnx:  # the bundled voice
+            return None
+        error = onnx_load_error(args.onnx)
+        if error:
+            return f"{args.onnx} is not a loadable ONNX model ({error}): give a Piper voice's .onnx"
+        config = args.config or args.onnx.with_suffix(args.onnx.suffix + ".json")
+        try:
+            json.loads(config.read_text(encoding="utf-8"))["phoneme_id_map"]
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            return f"{config} is not a Piper voice config ({type(err).__name__}: {err}): give its .onnx.json"
+        return None
+    voice = getattr(args, "voice", None)  # say/synth: a voice name, not a folder
+    folders = [v for v in (voice if isinstance(voice, list) else [voice]) if isinstance(v, Path)]
+    if args.command in ("serve", "build-repo") and not folders and not getattr(args, "no_build", False):
+        folders = [paths.default_voice_dir()]
+    again = "export the voice again (triton-tts export)"
+    for folder in folders:
+        try:
+            Voice.load(folder)
+        except (OSError, ValueError, TypeError) as err:
+            return f"voice folder {folder} has no readable voice.json ({err}): {again}"
+        for graph in sorted(folder.glob("*.onnx")):
+            error = onnx_load_error(graph)
+            if error:
+                return f"{graph} is not a loadable ONNX model ({error}): {again}"
+    return None
+
+
+def _user_message(err: Exception, args: argparse.Namespace) -> str | None:
+    """The one line for an expected failure; None for anything else (a bug: traceback)."""
+    if isinstance(err, UserError | TTSError):
+        return str(err)
+    if isinstance(err, OSError):  # a user's path, permissions, a full disk, the network
+        return f"{err.filename}: {err.strerror}" if err.filename and err.strerror else str(err)
+    return _broken_input(args)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Expected failures end in one line, ``triton-tts: <cause and way out>``, and exit
+    code 1 (2: a bad command line, from argparse); anything else is a bug and keeps its
+    traceback. -v shows the traceback of expected failures too."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
     )
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        print("triton-tts: interrupted", file=sys.stderr)
+        return 130
+    except SystemExit as stop:  # raise SystemExit("message"): the older form of UserError
+        if not isinstance(stop.code, str):
+            raise
+        message: str | None = stop.code
+    except Exception as err:
+        message = None if args.verbose else _user_message(err, args)
+        if message is None:
+            raise
+    print(f"triton-tts: {message}", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

@@ -127,8 +127,44 @@ class BuildOptions:
     # light instances (they load no model) let requests start as they arrive.
     long_text_instances: int = 4
     bls_threads: int = 16
+    # Admission: overload is refused at once (HTTP 503 / gRPC UNAVAILABLE, "busy"), so what
+    # is accepted keeps a bounded latency. Each tts instance takes one request per
+    # execution; at most long_text_queue_size more wait for a free instance, the rest are
+    # refused by Triton's queue policy ("Exceeds maximum queue size"). Measured on 2 cores
+    # (benchmarks/overload.py, three-sentence texts): goodput peaks at 8 users; 4 + 8 texts
+    # admitted refuse none of them, and at 64 users keep 99% of the peak with an accepted p99
+    # of 5.3 s (3.7 s at 8 users; 16 queued: 8.6 s; no bound: 23 s). With 4 queued, 8 users
+    # saw ~40% of their attempts refused (a user's next text arrives before the instance is
+    # free). A burst of more than 12 texts at once gets the rest refused: clients retry.
+    long_text_queue_size: int = 8
+    # A text still queued after this long is refused ("Request timeout expired"): far above
+    # the slowest accepted text measured (5.4 s at 64 users). A client's own shorter
+    # ``timeout`` (tritonclient's, in microseconds) then applies in the queue too: Triton
+    # takes the smaller, and only when the model has a default (0: none, and clients'
+    # timeouts are ignored in the queue).
+    long_text_queue_timeout_us: int = 30_000_000
+    # tts_stream works in threads (its execute returns at once), so Triton's queue never
+    # fills: the model itself refuses a stream beyond this many in progress. Measured as
+    # above: stream goodput peaks from 4 streams; at 64 users 8 keep 91% of it, with the
+    # first audio of accepted streams at p99 2.9 s (2.8 s at 8 users).
+    max_streams: int = 8
+    # tts_chunk (an ensemble) cannot carry a queue policy (one scheduling choice per
+    # model): its stages bound their queues to what tts and tts_stream can have in flight
+    # plus this many direct tts_chunk requests (see stage_queue_size): 16 sentences are ~2 s
+    # of work on 2 cores (~25x real time).
+    chunk_queue_size: int = 16
     # The voices served, the default first (`triton-tts voices` reads them back).
     voices: tuple[VoiceModels, ...] = (VoiceModels(),)
+
+    @property
+    def stage_queue_size(self) -> int:
+        """Requests a stage's queue holds before refusing more (0: no bound): every chunk
+        that admitted tts and tts_stream requests can have in flight, so these are never
+        refused for want of room, plus chunk_queue_size direct tts_chunk requests."""
+        if not self.chunk_queue_size:
+            return 0
+        long_text = self.long_text_instances * self.chunks_in_flight
+        return long_text + self.max_streams * self.stream_chunks_in_flight + self.chunk_queue_size
 
 
 def _tensor(
@@ -170,6 +206,17 @@ def _params(config: mc.ModelConfig, **values: str) -> None:
         config.parameters[key].string_value = value
 
 
+def _queue_policy(config: mc.ModelConfig, max_queue_size: int, timeout_us: int = 0) -> None:
+    """Refuse at once (UNAVAILABLE: HTTP 503, gRPC UNAVAILABLE) a request that finds
+    ``max_queue_size`` waiting (0: no bound), and one still queued after ``timeout_us``
+    (0: never; else a client's own shorter timeout applies)."""
+    policy = config.dynamic_batching.default_queue_policy
+    policy.max_queue_size = max_queue_size
+    policy.timeout_action = mc.ModelQueuePolicy.REJECT
+    policy.default_timeout_microseconds = timeout_us
+    policy.allow_timeout_override = timeout_us > 0
+
+
 def _warmup_file(config: mc.ModelConfig, sample: str, inputs: dict[str, tuple[int, list[int]]]) -> None:
     warmup = config.model_warmup.add()
     warmup.name = sample
@@ -200,6 +247,7 @@ def preprocess(opts: BuildOptions, voice: VoiceModels) -> mc.ModelConfig:
     _tensor(config.output, "SAMPLE_RATE", mc.TYPE_INT32, [1])
     _tensor(config.output, "SPEAKER_ID", mc.TYPE_INT64, [1])
     config.dynamic_batching.max_queue_delay_microseconds = opts.queue_delay_us // 2
+    _queue_policy(config, opts.stage_queue_size)
     _instances(config, opts.preprocess_instances, gpu=False)  # espeak-ng is CPU-only
     _params(config, pad_to_buckets="true", chunk_limits=voice.chunk_limits)
     _warmup_file(config, "sentence", {"TEXT": (mc.TYPE_STRING, [1])})
@@ -306,6 +354,7 @@ def _batching(config: mc.ModelConfig, opts: BuildOptions, native: bool) -> None:
     else:
         config.dynamic_batching.preferred_batch_size.extend(opts.cpu_preferred_batch_sizes)
         config.dynamic_batching.max_queue_delay_microseconds = opts.queue_delay_us
+    _queue_policy(config, opts.stage_queue_size)
 
 
 def postprocess(opts: BuildOptions, voice: VoiceModels) -> mc.ModelConfig:
@@ -390,6 +439,11 @@ def _long_text(name: str, opts: BuildOptions, streaming: bool) -> mc.ModelConfig
         _tensor(config.output, "IS_LAST", mc.TYPE_BOOL, [1])
         config.model_transaction_policy.decoupled = True
     config.dynamic_batching.max_queue_delay_microseconds = 0
+    if not streaming:
+        # One request per execution (a preferred size of 1 with no queue delay): an instance
+        # is busy with exactly one text, so the queue policy bounds what is accepted.
+        config.dynamic_batching.preferred_batch_size.append(1)
+        _queue_policy(config, opts.long_text_queue_size, opts.long_text_queue_timeout_us)
     # tts_stream is decoupled: its execute returns at once, one instance serves every stream.
     _instances(config, 1 if streaming else opts.long_text_instances, gpu=False)
     _params(
@@ -406,6 +460,8 @@ def _long_text(name: str, opts: BuildOptions, streaming: bool) -> mc.ModelConfig
         voice_sample_rate=str(default.sample_rate),
         voice_speakers=default.speakers,
     )
+    if streaming:
+        _params(config, max_streams=str(opts.max_streams))
     return config
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -22,11 +24,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING, Any
 
 from triton_tts import paths
 
+if TYPE_CHECKING:
+    from triton_tts.watchdog import Watchdog
+
 log = logging.getLogger(__name__)
 
+# Triton's log line for a model it could not load; newlines inside the message are escaped.
+LOAD_FAILED = re.compile(r"failed to load '([^']+)' version \d+: (.+?)(?:\\n|\"?$)", re.MULTILINE)
+# "[ONNXRuntimeError] : 7 : INVALID_PROTOBUF : Load model from X failed:Protobuf parsing failed."
+ONNXRUNTIME_ERROR = re.compile(r"\[ONNXRuntimeError\] : \d+ : (\w+) : (?:Load model from .* failed:)?(.*)")
 READY_TIMEOUT_S = 300.0  # warm-up of every model happens before Triton reports ready
 STOP_TIMEOUT_S = 30.0
 
@@ -37,8 +47,19 @@ def pytriton_dir() -> Path:
     return Path(pytriton.__file__).resolve().parent / "tritonserver"
 
 
+def installed_tritonserver() -> str | None:
+    """A tritonserver of the machine's own (the Triton image's, on PATH), used when the
+    nvidia-pytriton wheel is not installed; it brings its own backends."""
+    try:
+        import pytriton  # noqa: F401
+    except ImportError:
+        return shutil.which("tritonserver")
+    return None
+
+
 def tritonserver_binary() -> Path:
-    return pytriton_dir() / "bin" / "tritonserver"
+    installed = installed_tritonserver()
+    return Path(installed) if installed else pytriton_dir() / "bin" / "tritonserver"
 
 
 def backend_directory() -> Path:
@@ -81,6 +102,12 @@ def server_environment() -> dict[str, str]:
         env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [env.get("LD_LIBRARY_PATH"), libdir]))
     # Models size their own onnxruntime thread pools; keep OpenMP/BLAS from adding more.
     env.setdefault("OMP_NUM_THREADS", "1")
+    # glibc raises its mmap threshold after large frees, so the next large buffers (latents,
+    # waveforms, onnxruntime's arena chunks) come from the heap, which it never gives back:
+    # one 20,000-character request left the vocoders ~300 MB larger each. A fixed threshold
+    # keeps buffers of 1 MiB and more in their own mappings, returned to the system on free.
+    env.setdefault("MALLOC_MMAP_THRESHOLD_", str(1 << 20))
+    env.setdefault("MALLOC_TRIM_THRESHOLD_", str(16 << 20))
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
 
@@ -89,7 +116,7 @@ def server_environment() -> dict[str, str]:
 class TritonServer:
     """A tritonserver child process; use as a context manager or call start()/stop()."""
 
-    model_repository: Path
+    model_repository: Path | str
     http_port: int = 8000
     grpc_port: int = 8001
     metrics_port: int = 8002
@@ -97,6 +124,8 @@ class TritonServer:
     log_verbose: int = 0
     extra_args: list[str] = field(default_factory=list)
     log_file: Path | None = None
+    # Model control (load/unload) for the watchdog only: explicit mode, behind this key.
+    admin_key: str | None = None
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -108,19 +137,33 @@ class TritonServer:
         return f"localhost:{self.grpc_port}"
 
     def command(self) -> list[str]:
-        cmd = [
-            str(tritonserver_binary()),
-            f"--model-repository={Path(self.model_repository).resolve()}",
-            f"--backend-directory={backend_directory()}",
+        repository = str(self.model_repository)  # s3://, gs://, as:// go to Triton as they are
+        if "://" not in repository:
+            repository = str(Path(repository).resolve())
+        cmd = [str(tritonserver_binary()), f"--model-repository={repository}"]
+        if not installed_tritonserver():
+            cmd.append(f"--backend-directory={backend_directory()}")
+        cmd += [
             f"--http-port={self.http_port}",
             f"--grpc-port={self.grpc_port}",
             f"--metrics-port={self.metrics_port}",
             f"--log-verbose={self.log_verbose}",
-            "--exit-timeout-secs=20",
             "--strict-readiness=true",
         ]
+        if not any(a.startswith("--exit-timeout-secs") for a in self.extra_args):
+            cmd.append("--exit-timeout-secs=20")
         if self.model_config_name:
             cmd.append(f"--model-config-name={self.model_config_name}")
+        if self.admin_key:
+            from triton_tts.watchdog import ADMIN_HEADER
+
+            restricted = f"model-repository:{ADMIN_HEADER}={self.admin_key}"
+            cmd += [
+                "--model-control-mode=explicit",
+                "--load-model=*",
+                f"--http-restricted-api={restricted}",
+                f"--grpc-restricted-protocol={restricted}",
+            ]
         return cmd + list(self.extra_args)
 
     def start(self) -> TritonServer:
@@ -132,6 +175,9 @@ class TritonServer:
         return self
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
+        """Return once Triton is ready (every model loaded and warmed up). A model that fails
+        to load ends the wait at once with a RuntimeError naming the model and the cause:
+        Triton exits then (--exit-on-error, its default), or, told not to, stays up unready."""
         import tritonclient.http as httpclient
 
         deadline = time.monotonic() + timeout
@@ -139,16 +185,64 @@ class TritonServer:
         try:
             while time.monotonic() < deadline:
                 if self.process is not None and self.process.poll() is not None:
-                    raise RuntimeError(f"tritonserver exited with code {self.process.returncode}")
+                    exited = f"tritonserver exited (code {self.process.returncode}) before it was ready"
+                    failure = self._load_failure()
+                    raise RuntimeError(f"{exited}: {failure}" if failure else exited)
                 try:
-                    if client.is_server_ready():
-                        return
+                    ready = client.is_server_ready()
+                    failure = None if ready else self._unavailable_model(client)
                 except Exception:  # not listening yet
-                    pass
+                    ready, failure = False, None
+                if ready:
+                    return
+                if failure:
+                    raise RuntimeError(failure)
                 time.sleep(0.5)
         finally:
             client.close()
         raise TimeoutError(f"tritonserver not ready after {timeout:.0f} s")
+
+    def _load_failure(self) -> str | None:
+        """Why Triton gave up at start: the model its log says failed to load, or else (its
+        log went to the terminal) the first graph in a local repository that does not load."""
+        if self.log_file is not None and Path(self.log_file).exists():
+            text = Path(self.log_file).read_text(encoding="utf-8", errors="replace")
+            found = LOAD_FAILED.findall(text)
+            if found:  # the log is appended to: the last start's failure is the last one
+                model, cause = found[-1]
+                return f"model '{model}' failed to load: {cause}"
+        repository = str(self.model_repository)
+        if "://" in repository:
+            return None
+        if not Path(repository).is_dir():
+            return f"no model repository at {repository} (triton-tts build-repo makes one)"
+        for graph in sorted(Path(repository).glob("*/*/*.onnx")):
+            error = onnx_load_error(graph)
+            if error:
+                model = graph.parent.parent.name
+                return (
+                    f"model '{model}' failed to load: {graph} is not a loadable ONNX model ({error}); "
+                    "build the repository again from a sound voice folder (triton-tts build-repo)"
+                )
+        return None
+
+    def _unavailable_model(self, client: Any) -> str | None:
+        """A live, unready Triton (started with --exit-on-error=false): the model that failed."""
+        headers = None
+        if self.admin_key:  # the repository API is restricted to the watchdog's key
+            from triton_tts.watchdog import ADMIN_HEADER
+
+            headers = {ADMIN_HEADER: self.admin_key}
+        failed = [
+            m
+            for m in client.get_model_repository_index(headers=headers)
+            if m.get("state") == "UNAVAILABLE" and m.get("reason") not in (None, "", "unloaded")
+        ]
+        if not failed:
+            return None
+        # an ensemble fails because a model it depends on did: name that model
+        first = min(failed, key=lambda m: "depends on" in m["reason"])
+        return f"model '{first['name']}' failed to load: {first['reason'].splitlines()[0]}"
 
     def stop(self) -> int | None:
         if self.process is None or self.process.poll() is not None:
@@ -175,6 +269,21 @@ class TritonServer:
         self.stop()
 
 
+def onnx_load_error(path: Path) -> str | None:
+    """Why onnxruntime cannot load the graph at ``path`` (a corrupt or truncated file), or None."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    try:
+        ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    except Exception as err:  # onnxruntime's own exception types are not importable by name
+        lines = str(err).strip().splitlines() or [type(err).__name__]
+        match = ONNXRUNTIME_ERROR.match(lines[0])
+        return f"{match[1]}: {match[2]}" if match else lines[0]
+    return None
+
+
 @contextmanager
 def default_voice_server(
     repo: Path | None = None, log_file: Path | None = None, voice_dir: Path | Sequence[Path] | None = None
@@ -192,3 +301,26 @@ def default_voice_server(
             built, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(), log_file=log_file
         ) as server:
             yield server
+
+
+@contextmanager
+def supervised(server: TritonServer, health_port: int | None) -> Iterator[Watchdog]:
+    """Watch a ready server's Python-backend instances and heal dead ones (its
+    ``admin_key`` must be set); with ``health_port``, serve /ready and /live there."""
+    from triton_tts.watchdog import HealthServer, Watchdog
+
+    if server.process is None or not server.admin_key:
+        raise RuntimeError("supervised() needs a started server with an admin_key")
+    process = server.process
+    watchdog = Watchdog(process.pid, server.http_url, server.admin_key).start()
+    health = (
+        HealthServer(health_port, watchdog, lambda: process.poll() is None).start()
+        if health_port is not None
+        else None
+    )
+    try:
+        yield watchdog
+    finally:
+        if health is not None:
+            health.stop()
+        watchdog.stop()

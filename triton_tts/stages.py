@@ -107,6 +107,9 @@ class _Runner:
 
 class AcousticRunner(_Runner):
     PADDED_PARAMETER, PADDED_DEFAULT = "max_padded_phonemes", 8192
+    # Its activations grow with frames, ~2-4 per id (x 1/SPEED): a 400-character chunk
+    # (~900 ids) left each acoustic instance ~90 MB larger without shrinking.
+    SHRINK_ABOVE = 256
 
     def run(
         self, ids: Sequence[IntArray], scales: Sequence[FloatArray], speakers: Sequence[int] | None = None

@@ -37,12 +37,29 @@ class EspeakPhonemizer:
         )
 
     def phonemize(self, texts: list[str]) -> list[str]:
-        """Phonemise a whole batch in one espeak pass (one call per Triton execute)."""
-        if not texts:
-            return []
+        """Phonemise a whole batch in one espeak pass (one call per Triton execute); one
+        result per text, always.
+
+        phonemizer keeps punctuation by cutting lines at it and gluing them back, and a
+        line of punctuation only gets glued onto its neighbour: ["." * 50, "!!!"] came
+        back as one string, which shifted every later result onto the wrong request. Texts
+        with nothing to pronounce skip espeak (they are their own result), and should the
+        counts still differ, each text is phonemised on its own."""
+        results = [text if not _pronounceable(text) else "" for text in texts]
+        spoken = [i for i, text in enumerate(texts) if _pronounceable(text)]
+        if not spoken:
+            return [" ".join(r.split()) for r in results]
+        batch = self._run([texts[i] for i in spoken])
+        if len(batch) != len(spoken):
+            log.warning("phonemizer returned %d results for %d texts: one by one", len(batch), len(spoken))
+            batch = [" ".join(self._run([texts[i]])) for i in spoken]
+        for i, phonemes in zip(spoken, batch, strict=True):
+            results[i] = phonemes
+        return [" ".join(r.split()) for r in results]
+
+    def _run(self, texts: list[str]) -> list[str]:
         with self._lock:
-            result = self._backend.phonemize(texts, separator=_SEPARATOR, strip=True, njobs=1)
-        return [" ".join(p.split()) for p in result]
+            return list(self._backend.phonemize(texts, separator=_SEPARATOR, strip=True, njobs=1))
 
     def symbols(self, texts: list[str], tokens: str = "phonemes") -> list[str]:
         """What a voice's ids are made from: IPA phonemes, or (character voices) the
@@ -50,6 +67,10 @@ class EspeakPhonemizer:
         if tokens == "characters":
             return [" ".join(t.lower().split()) for t in texts]
         return self.phonemize(texts)
+
+
+def _pronounceable(text: str) -> bool:
+    return any(ch.isalnum() for ch in text)
 
 
 def has_speech(phonemes: str) -> bool:

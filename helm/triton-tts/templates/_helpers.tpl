@@ -110,7 +110,9 @@ triton-tts export piper --out /models/voices/{{ .Values.modelRepository.export.v
 triton-tts build-repo --voice /models/voices/{{ .Values.modelRepository.export.voice }} --out /models/repository \
   --max-batch-size {{ $b.maxBatchSize }} --gpu-instances {{ $b.gpuInstances }} --gpu-queue-delay-us {{ $b.gpuQueueDelayUs }} \
   --acoustic-instances {{ $b.acousticInstances }} --vocoder-instances {{ $b.vocoderInstances }} \
-  --acoustic-threads {{ $b.acousticThreads }} --vocoder-threads {{ $b.vocoderThreads }} --queue-delay-us {{ $b.queueDelayUs }}
+  --acoustic-threads {{ $b.acousticThreads }} --vocoder-threads {{ $b.vocoderThreads }} --queue-delay-us {{ $b.queueDelayUs }} \
+  --long-text-instances {{ $b.longTextInstances }} --long-text-queue-size {{ $b.longTextQueueSize }} \
+  --max-streams {{ $b.maxStreams }} --chunk-queue-size {{ $b.chunkQueueSize }}
 {{- if eq .Values.variant "tensorrt" }}
 python3 -m triton_tts.export.tensorrt --repo /models/repository --max-batch-size {{ $b.maxBatchSize }} --trtexec {{ .Values.modelRepository.export.trtexec }}
 {{- if .Values.engineCache.enabled }} --cache-dir {{ include "triton-tts.engineCachePath" . }}{{ end }}

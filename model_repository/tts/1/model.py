@@ -5,18 +5,23 @@ that go through the ``tts_chunk`` ensemble concurrently, a few at a time, so the
 with other traffic and memory stays bounded by the chunks in flight plus the audio
 itself. Chunks are joined with short fades where they meet; a one-chunk text comes back
 exactly as the ensemble made it. ``tts_stream`` delivers the same audio chunk by chunk.
+A request its client cancels (gRPC) or its own ``timeout`` outlives starts no more chunks
+(see triton_tts.bls.Cancellation). Outcomes and throughput go to Triton's metrics port
+(triton_tts.metrics).
 """
 
 from __future__ import annotations
 
 import json
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from triton_tts.bls import LongTextSettings, error_response, in_order, read_request
+from triton_tts.bls import Cancellation, LongTextSettings, error_response, in_order, outcome, read_request
+from triton_tts.metrics import TTSMetrics
 
 
 class TritonPythonModel:
@@ -27,20 +32,33 @@ class TritonPythonModel:
         # Two pools: request threads wait on chunk threads, so they must never share one.
         self.requests = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tts")
         self.chunks = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tts-bls")
+        voices = [v.name for v in self.settings.voices]
+        self.metrics = TTSMetrics("tts", args["model_instance_name"], voices, streaming=False)
 
     def execute(self, requests: list[Any]) -> list[Any]:
         # All requests' chunks reach the ensemble together, so they batch there.
-        futures = [self.requests.submit(self._synthesize, request) for request in requests]
+        started = time.monotonic()
+        futures = [self.requests.submit(self._synthesize, request, started) for request in requests]
         return [f.result() for f in futures]
 
-    def _synthesize(self, request: Any) -> Any:
+    def _synthesize(self, request: Any, started: float) -> Any:
         try:
+            cancellation = Cancellation(request.is_cancelled, request.timeout())
             long_text = read_request(request, self.settings)
-            chunks = list(in_order(self.chunks, long_text, self.settings.chunks_in_flight))
+            window = self.settings.chunks_in_flight
+            chunks = list(in_order(self.chunks, long_text, window, cancellation))
             audio = np.concatenate([chunk_audio for _, chunk_audio, _ in chunks])[None, :]
             rate = chunks[0][2]
         except Exception as err:  # the request's own error; others are unaffected
+            self.metrics.record_error(outcome(err))
             return error_response(err)
+        self.metrics.record_ok(
+            long_text.voice,
+            long_text.characters,
+            audio.size / rate,
+            time.monotonic() - started,
+            len(long_text.chunks),
+        )
         return pb_utils.InferenceResponse(
             output_tensors=[
                 pb_utils.Tensor("AUDIO", audio),

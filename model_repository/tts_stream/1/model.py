@@ -4,23 +4,38 @@ The text is chunked exactly as ``tts`` chunks it (a short first chunk for fast f
 audio); each chunk goes through the ``tts_chunk`` ensemble while earlier ones are being
 delivered. Every response carries AUDIO, SAMPLE_RATE, CHUNK_INDEX and IS_LAST; the final
 flag is always sent (from a ``finally``), also after an error, and a cancelled request
-(the client went away) stops before its next chunk. ``finalize`` waits for streams in
-flight. The response sender is never touched after the final flag.
+(the client went away) or one its own ``timeout`` outlives stops before its next chunk
+(triton_tts.bls.Cancellation). ``finalize`` waits for streams in flight. The response
+sender is never touched after the final flag. Outcomes, throughput and first-chunk latency
+go to Triton's metrics port (triton_tts.metrics).
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from triton_tts.bls import LongTextSettings, error_response, in_order, read_request
+from triton_tts.bls import (
+    Cancellation,
+    LongTextSettings,
+    RequestCancelled,
+    error_response,
+    in_order,
+    outcome,
+    read_request,
+)
+from triton_tts.config_parameters import string_parameters
+from triton_tts.metrics import TTSMetrics
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+# Clients recognise a refusal by "server busy" (a stream's error carries no status code).
+BUSY = "server busy: {} streams in progress, the most tts_stream takes at once; retry shortly"
 
 
 class TritonPythonModel:
@@ -36,21 +51,37 @@ class TritonPythonModel:
         self.streams = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="stream")
         self.active = 0
         self.lock = threading.Condition()
+        # Admission: a stream beyond max_streams is refused at once (0: no bound).
+        self.max_streams = int(string_parameters(config).get("max_streams", "0"))
+        voices = [v.name for v in self.settings.voices]
+        self.metrics = TTSMetrics("tts_stream", args["model_instance_name"], voices, streaming=True)
 
     def execute(self, requests: list[Any]) -> None:
         for request in requests:
             with self.lock:
-                self.active += 1
-            self.streams.submit(self._stream, request)
+                admitted = not 0 < self.max_streams <= self.active
+                if admitted:
+                    self.active += 1
+            if not admitted:
+                busy = pb_utils.TritonError(BUSY.format(self.max_streams), pb_utils.TritonError.UNAVAILABLE)
+                # The error, then the final flag, as _stream does (a gRPC client sees both).
+                sender = request.get_response_sender()
+                sender.send(pb_utils.InferenceResponse(error=busy))
+                sender.send(flags=FINAL)
+                self.metrics.record_error("busy")
+                continue
+            self.streams.submit(self._stream, request, time.monotonic())
 
-    def _stream(self, request: Any) -> None:
+    def _stream(self, request: Any, started: float) -> None:
         sender = request.get_response_sender()
         sent_final = False
+        sent, samples = 0, 0
         try:
+            cancellation = Cancellation(sender.is_cancelled, request.timeout())
             long_text = read_request(request, self.settings)
             count = len(long_text.chunks)
             for index, audio, rate in in_order(
-                self.chunks, long_text, self.settings.chunks_in_flight, sender.is_cancelled
+                self.chunks, long_text, self.settings.chunks_in_flight, cancellation
             ):
                 last = index == count - 1
                 response = pb_utils.InferenceResponse(
@@ -65,8 +96,16 @@ class TritonPythonModel:
                 # called on it (Triton 2.51 crashes).
                 sender.send(response, flags=FINAL if last else 0)
                 sent_final = last
+                if not sent:
+                    self.metrics.record_first_chunk(long_text.voice, time.monotonic() - started)
+                sent, samples = sent + 1, samples + audio.size
+            self.metrics.record_ok(
+                long_text.voice, long_text.characters, samples / rate, time.monotonic() - started, count
+            )
         except Exception as err:
-            if not sent_final:
+            self.metrics.record_error(outcome(err))
+            gone = isinstance(err, RequestCancelled) and not err.timed_out  # no one to tell
+            if not sent_final and not gone:
                 sender.send(error_response(err))
         finally:
             if not sent_final:

@@ -1,0 +1,590 @@
+"""Soak: mixed traffic for a long while, and the server's memory sampled all along.
+
+``--clients`` threads each loop over a weighted mix (see ``SCHEDULE``): short ``tts``
+texts (a sentence), long ``tts`` texts (~2,000 characters), paragraphs streamed through
+``tts_stream`` (gRPC), streams cancelled after their first chunk (the client cancels on
+the server), and bad input (nothing pronounceable, an unknown VOICE, SPEED 0) that must
+be refused with 400 / INVALID_ARGUMENT naming the problem. ``tts`` requests alternate
+between HTTP and gRPC. The clients never retry: a busy refusal (HTTP 503 / gRPC
+UNAVAILABLE, :class:`ServerBusy`) is counted as "busy (expected under load)" and the
+client waits the library's backoff before its next request; any other error on good
+input, and any answer to bad input other than a clear refusal, is unexpected.
+
+Every ``--sample-s`` the resident memory of tritonserver and of every Python-backend stub
+(VmRSS, RssAnon, RssShmem from /proc/<pid>/status) is recorded. The stubs and tritonserver
+map the same shared-memory regions, so the sum of VmRSS counts those pages once per
+process that touched them (it overstates physical memory; the sum of RssAnon does not).
+
+Summary (on the sum of VmRSS; the same for each process and for the sum of RssAnon):
+
+- warm-up: the first 20% of the run or 2 minutes, whichever is shorter (caches, arenas
+  and thread pools fill up; growth then is not a leak);
+- "start": one sample just before the traffic starts (idle, after the server's own
+  warm-up and one request of each kind);
+- "after warm-up" and "end": medians over a window of 10% of the run, at most a minute,
+  right after the warm-up and at the end of the traffic (medians, because requests in
+  flight move RSS up and down from one second to the next);
+- growth after warm-up: (end - after warm-up) / after warm-up; the goal is under 5%;
+- trend: the slope of a straight line through the second half of the traffic, MiB per
+  minute (a pool that grew once, then stayed, has none; a leak keeps one);
+- "idle after": the last sample, ``--settle-s`` after the traffic stopped.
+
+    python benchmarks/soak.py                         # 30 minutes, 8 clients, own server
+    python benchmarks/soak.py --minutes 10
+    python benchmarks/soak.py --url-http host:8000 --url-grpc host:8001   # no memory then
+    python benchmarks/soak.py --minutes 0.5 --clients 2 --settle-s 2      # smoke
+
+Writes results/soak.json (stamped with date, git commit and machine) and results/soak.png,
+and prints Markdown tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import logging
+import platform
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from contextlib import ExitStack, closing
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from triton_tts.client.tts_client import NO_RETRIES, RequestRejected, RetryPolicy, ServerBusy, TTSClient
+from triton_tts.onnx_session import available_cores
+from triton_tts.repository import build_repository, ensure_default_voice
+from triton_tts.sample_texts import PARAGRAPH, SENTENCES
+from triton_tts.server import TritonServer, free_port
+from triton_tts.watchdog import stub_instances
+
+log = logging.getLogger("soak")
+
+WARMUP_SHARE, WARMUP_MAX_S = 0.2, 120.0
+WINDOW_SHARE, WINDOW_MAX_S = 0.1, 60.0
+GOAL_GROWTH_PCT = 5.0
+BUSY = "busy (expected under load)"
+UNEXPECTED = "unexpected"
+SERVER = "tritonserver"
+
+
+def long_text(offset: int, chars: int = 2000) -> str:
+    """A few paragraphs (~``chars`` characters): the paragraph and the sentences, rotated."""
+    parts = [PARAGRAPH, *SENTENCES[offset:], *SENTENCES[:offset], PARAGRAPH, *SENTENCES, PARAGRAPH]
+    text = " ".join(parts)[:chars]
+    return text.rsplit(". ", 1)[0] + "."
+
+
+LONG_TEXTS = [long_text(k) for k in range(len(SENTENCES))]
+
+# (kind, inputs of a bad request, words its refusal must contain)
+BAD_REQUESTS: dict[str, tuple[dict[str, Any], str]] = {
+    "bad_text": ({"text": "... ,,, !!!"}, "pronounce"),
+    "bad_voice": ({"text": "Hello there.", "voice": "nobody"}, "VOICE"),
+    "bad_speed": ({"text": "Hello there.", "speed": 0.0}, "SPEED"),
+}
+GOOD_KINDS = ["short", "long", "stream", "cancelled_stream"]
+KINDS = GOOD_KINDS + list(BAD_REQUESTS)
+# One pass of a client; the weights are the repeats (short 4, stream 2, cancelled 2, long 1,
+# each bad kind 1), interleaved so that a short run still sees every kind. Each client
+# starts at its own offset.
+SCHEDULE = [
+    "short", "stream", "bad_text", "short", "cancelled_stream", "long",
+    "short", "bad_voice", "stream", "short", "cancelled_stream", "bad_speed",
+]  # fmt: skip
+
+
+@dataclasses.dataclass
+class KindTally:
+    ok: int = 0
+    busy: int = 0
+    unexpected: int = 0
+    audio_s: float = 0.0
+    latencies: list[float] = dataclasses.field(default_factory=list)  # of ok requests
+
+
+@dataclasses.dataclass
+class Traffic:
+    """What every client saw (updated under ``lock``)."""
+
+    tallies: dict[str, KindTally] = dataclasses.field(default_factory=lambda: {k: KindTally() for k in KINDS})
+    error_samples: dict[str, int] = dataclasses.field(default_factory=dict)  # "kind: Type: msg" -> n
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+    @property
+    def done(self) -> int:
+        return sum(t.ok + t.busy + t.unexpected for t in self.tallies.values())
+
+    def record(self, kind: str, outcome: str, seconds: float, audio_s: float = 0.0, error: str = "") -> None:
+        with self.lock:
+            tally = self.tallies[kind]
+            if outcome == "ok":
+                tally.ok += 1
+                tally.audio_s += audio_s
+                tally.latencies.append(seconds)
+            elif outcome == BUSY:
+                tally.busy += 1
+            else:
+                tally.unexpected += 1
+                key = f"{kind}: {error}"[:300]
+                self.error_samples[key] = self.error_samples.get(key, 0) + 1
+
+
+class Clients:
+    """One client's HTTP and gRPC connections (tritonclient clients are not thread-safe)."""
+
+    def __init__(self, http_url: str, grpc_url: str) -> None:
+        self.http = TTSClient(http_url, "http", retry=NO_RETRIES)
+        self.grpc = TTSClient(grpc_url, "grpc", retry=NO_RETRIES)
+        self.sent = 0
+
+    def next_tts(self) -> TTSClient:
+        """``tts`` requests alternate between the protocols."""
+        self.sent += 1
+        return self.http if self.sent % 2 else self.grpc
+
+    def close(self) -> None:
+        self.http.close()
+        self.grpc.close()
+
+
+def send(kind: str, clients: Clients, n: int) -> float:
+    """One request of ``kind``; seconds of audio received. Raises what the client raised;
+    for bad input, a RequestRejected naming the problem is the expected answer (returns 0),
+    anything else raises."""
+    if kind == "short":
+        return clients.next_tts().synthesize(SENTENCES[n % len(SENTENCES)]).duration_s
+    if kind == "long":
+        return clients.next_tts().synthesize(LONG_TEXTS[n % len(LONG_TEXTS)]).duration_s
+    if kind == "stream":
+        chunks = list(clients.grpc.stream(PARAGRAPH))
+        if not chunks or not chunks[-1].is_last:
+            raise RuntimeError(f"stream ended without its last chunk ({len(chunks)} chunks)")
+        return sum(len(c.audio) / c.sample_rate for c in chunks)
+    if kind == "cancelled_stream":
+        with closing(clients.grpc.stream(PARAGRAPH)) as stream:
+            for chunk in stream:
+                return len(chunk.audio) / chunk.sample_rate  # leaving the loop cancels the rest
+        raise RuntimeError("stream ended before its first chunk")
+    inputs, expected = BAD_REQUESTS[kind]
+    try:
+        result = clients.next_tts().synthesize(**inputs)
+    except RequestRejected as err:  # 400 / INVALID_ARGUMENT
+        if expected.lower() not in str(err).lower():
+            raise RuntimeError(f"refused without naming {expected}: {err}") from None
+        return 0.0
+    raise RuntimeError(f"bad input accepted: {result.duration_s:.1f} s of audio")
+
+
+def client_loop(offset: int, http_url: str, grpc_url: str, end: float, traffic: Traffic) -> None:
+    backoff, refusals = RetryPolicy(), 0
+    clients = Clients(http_url, grpc_url)
+    try:
+        n = offset  # each client starts elsewhere in the mix
+        while time.monotonic() < end:
+            kind = SCHEDULE[n % len(SCHEDULE)]
+            start = time.perf_counter()
+            try:
+                audio_s = send(kind, clients, n)
+            except ServerBusy:
+                traffic.record(kind, BUSY, time.perf_counter() - start)
+                time.sleep(backoff.delay(refusals))
+                refusals += 1
+            except Exception as err:  # any other failure is what a soak is for: count, go on
+                traffic.record(kind, UNEXPECTED, 0.0, error=f"{type(err).__name__}: {err}")
+            else:
+                traffic.record(kind, "ok", time.perf_counter() - start, audio_s)
+                refusals = 0
+            n += 1
+    finally:
+        clients.close()
+
+
+def read_memory(pid: int) -> dict[str, int] | None:
+    """VmRSS, RssAnon and RssShmem of a process in KiB, or None once it is gone."""
+    fields = {"VmRSS": "rss_kib", "RssAnon": "anon_kib", "RssShmem": "shmem_kib"}
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    found = {"pid": pid}
+    for line in lines:
+        name, _, value = line.partition(":")
+        if name in fields:
+            found[fields[name]] = int(value.split()[0])
+    return found if "rss_kib" in found else None  # a zombie has no VmRSS
+
+
+class Sampler:
+    """Memory of tritonserver and its stubs (when ``server_pid`` is known) and the number of
+    finished requests, every ``interval_s``, in a thread, until stopped."""
+
+    def __init__(self, server_pid: int | None, traffic: Traffic, interval_s: float, origin: float) -> None:
+        self.server_pid, self.traffic, self.interval_s, self.origin = server_pid, traffic, interval_s, origin
+        self.samples: list[dict[str, Any]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="soak-sampler", daemon=True)
+
+    def sample(self) -> dict[str, Any]:
+        processes: dict[str, dict[str, int]] = {}
+        if self.server_pid is not None:
+            pids = {SERVER: self.server_pid, **stub_instances(self.server_pid)}
+            for name, pid in pids.items():
+                memory = read_memory(pid)
+                if memory is not None:
+                    processes[name] = memory
+        sample = {
+            "t_s": round(time.monotonic() - self.origin, 3),
+            "requests_done": self.traffic.done,
+            "processes": processes,
+        }
+        if processes:
+            for key in ("rss_kib", "anon_kib", "shmem_kib"):
+                sample[f"total_{key}"] = sum(p.get(key, 0) for p in processes.values())
+        self.samples.append(sample)
+        return sample
+
+    def _run(self) -> None:
+        next_at = time.monotonic()
+        while not self._stop.is_set():
+            self.sample()
+            next_at += self.interval_s
+            self._stop.wait(max(0.0, next_at - time.monotonic()))
+
+    def start(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def median_in(samples: list[dict[str, Any]], value: Callable[[dict[str, Any]], float | None]) -> float | None:
+    values = [v for v in map(value, samples) if v is not None]
+    return float(np.median(values)) if values else None
+
+
+def growth_pct(before: float | None, after: float | None) -> float | None:
+    return 100.0 * (after - before) / before if before and after is not None else None
+
+
+def trend(samples: list[dict[str, Any]], value: Callable[[dict[str, Any]], float | None]) -> float | None:
+    """Slope of a least-squares line, MiB per minute: a step (a pool that grew once) and a
+    steady climb (a leak) can give the same growth; only the climb keeps a slope."""
+    points = [(s["t_s"] / 60, v / 1024) for s in samples if (v := value(s)) is not None]
+    if len(points) < 2 or points[-1][0] - points[0][0] <= 0:
+        return None
+    minutes, mib = np.array(points).T
+    return float(np.polyfit(minutes, mib, 1)[0])
+
+
+def summarise(
+    samples: list[dict[str, Any]], load_s: float, traffic_s: float, start: dict[str, Any]
+) -> dict[str, Any]:
+    """RSS at start, after warm-up and at the end (see the module docstring), in MiB.
+    ``load_s``: the run asked for; ``traffic_s``: until the last request finished."""
+    warmup_s = min(WARMUP_SHARE * load_s, WARMUP_MAX_S)
+    window_s = min(WINDOW_SHARE * load_s, WINDOW_MAX_S)
+    during = [s for s in samples if s["t_s"] <= traffic_s and "total_rss_kib" in s]
+    if not during:
+        return {"warmup_s": warmup_s, "window_s": window_s}
+    last = during[-1]["t_s"]
+    warm = [s for s in during if warmup_s <= s["t_s"] <= warmup_s + window_s]
+    end = [s for s in during if s["t_s"] >= last - window_s]
+    second_half = [s for s in during if s["t_s"] >= last / 2]
+    pids: dict[str, set[int]] = {}
+    for s in samples:
+        for name, p in s["processes"].items():
+            pids.setdefault(name, set()).add(p["pid"])
+
+    def figures(value: Callable[[dict[str, Any]], float | None]) -> dict[str, Any]:
+        first, settled = value(start), value(samples[-1])
+        after_warmup, at_end = median_in(warm, value), median_in(end, value)
+        mib = 1 / 1024
+        return {
+            "start_mib": first * mib if first is not None else None,
+            "after_warmup_mib": after_warmup * mib if after_warmup is not None else None,
+            "end_mib": at_end * mib if at_end is not None else None,
+            "idle_after_mib": settled * mib if settled is not None else None,
+            "growth_after_warmup_pct": growth_pct(after_warmup, at_end),
+            "trend_mib_per_min": trend(second_half, value),
+        }
+
+    def of(name: str) -> Callable[[dict[str, Any]], float | None]:
+        return lambda s: s["processes"].get(name, {}).get("rss_kib")
+
+    total = figures(lambda s: s.get("total_rss_kib"))
+    processes = {name: figures(of(name)) for name in sorted(pids, key=lambda n: (n != SERVER, n))}
+    for name, ids in pids.items():
+        processes[name]["pids"] = sorted(ids)  # more than one: the process was replaced
+    growth = total["growth_after_warmup_pct"]
+    return {
+        "warmup_s": warmup_s,
+        "window_s": window_s,
+        "total_rss": total,
+        "total_anon": figures(lambda s: s.get("total_anon_kib")),
+        "total_shmem": figures(lambda s: s.get("total_shmem_kib")),
+        "processes": processes,
+        "goal_growth_pct": GOAL_GROWTH_PCT,
+        "goal_met": growth is not None and growth < GOAL_GROWTH_PCT,
+    }
+
+
+def stamp() -> dict[str, str]:
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], capture_output=True, text=True, check=False)
+        return done.stdout.strip()
+
+    cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines()
+    models = [line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")]
+    meminfo = Path("/proc/meminfo").read_text(encoding="utf-8").splitlines()
+    ram_kib = next(int(line.split()[1]) for line in meminfo if line.startswith("MemTotal:"))
+    cpu = models[0] if models else platform.processor() or platform.machine()
+    cores = len(models) or available_cores()
+    usable = available_cores()
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "commit": commit + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else ""),
+        "machine": f"{cpu}, {cores} cores{f' ({usable} usable)' if usable != cores else ''}, "
+        f"{ram_kib / 2**20:.1f} GiB RAM",
+    }
+
+
+def own_server(voice: Path | None, stack: ExitStack, log_file: Path) -> TritonServer:
+    """The voice built with the default options into a scratch folder, served on free ports."""
+    scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="triton-tts-soak-")))
+    repo = build_repository(ensure_default_voice(voice), scratch / "model_repository")
+    log_file.unlink(missing_ok=True)
+    return TritonServer(
+        repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(), log_file=log_file
+    )
+
+
+def rolling_median(
+    t: npt.NDArray[np.float64], values: npt.NDArray[np.float64], span_s: float
+) -> npt.NDArray[np.float64]:
+    """The median of ``values`` within +-span_s/2 of each point (RSS moves with each request)."""
+    lo, hi = np.searchsorted(t, t - span_s / 2), np.searchsorted(t, t + span_s / 2, side="right")
+    return np.array([np.nanmedian(values[a:b]) for a, b in zip(lo, hi, strict=True)])
+
+
+def plot(results: dict[str, Any], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    samples, summary = results["samples"], results["summary"]
+    seconds = np.array([s["t_s"] for s in samples], dtype=float)
+    minutes = seconds / 60
+    with_memory = any(s["processes"] for s in samples)
+    fig, axes = plt.subplots(3 if with_memory else 1, 1, figsize=(12, 11 if with_memory else 4), sharex=True)
+    axes = np.atleast_1d(axes)
+    if with_memory:
+        total, per_process = axes[0], axes[1]
+        window_s = max(summary["window_s"], 5 * results["sample_s"])
+        for key, label in (("total_rss_kib", "sum of VmRSS"), ("total_anon_kib", "sum of RssAnon")):
+            values = np.array([s.get(key, np.nan) / 1024 for s in samples])
+            (line,) = total.plot(minutes, values, linewidth=0.6, alpha=0.45)
+            total.plot(
+                minutes,
+                rolling_median(seconds, values, window_s),
+                color=line.get_color(),
+                linewidth=2,
+                label=f"{label} (median over {window_s:.0f} s)",
+            )
+        for start_s, label in ((summary["warmup_s"], "after warm-up"), (None, "end")):
+            lo = start_s if start_s is not None else results["traffic_s"] - summary["window_s"]
+            total.axvspan(lo / 60, (lo + summary["window_s"]) / 60, color="green", alpha=0.12)
+            total.annotate(
+                label,
+                ((lo + summary["window_s"] / 2) / 60, 1),
+                xycoords=("data", "axes fraction"),
+                ha="center",
+                va="top",
+                fontsize=8,
+            )
+        total.set(ylabel="MiB", title="tritonserver + Python-backend stubs")
+        total.set_ylim(bottom=0)
+        total.legend(loc="lower right", fontsize=8)
+        colours = plt.get_cmap("tab20")
+        for i, name in enumerate(summary["processes"]):
+            values = np.array([s["processes"].get(name, {}).get("rss_kib", np.nan) / 1024 for s in samples])
+            per_process.plot(
+                minutes,
+                rolling_median(seconds, values, window_s),
+                label=name,
+                linewidth=1.2,
+                color=colours(i % 20),
+            )
+        per_process.set(ylabel="VmRSS, MiB", title=f"per process (median over {window_s:.0f} s)")
+        per_process.set_ylim(bottom=0)
+        per_process.legend(fontsize=7, ncol=1, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    rate = axes[-1]
+    done = np.array([s["requests_done"] for s in samples], dtype=float)
+    lag = max(1, round(10 / results["sample_s"]))  # over ~10 s: requests finish in bursts
+    if len(done) > lag:
+        spent = seconds[lag:] - seconds[:-lag]
+        rate.plot(minutes[lag:], (done[lag:] - done[:-lag]) / np.where(spent > 0, spent, np.nan))
+    rate.set(xlabel="minutes", ylabel="requests / s", title="finished requests, all kinds (over 10 s)")
+    rate.set_ylim(bottom=0)
+    for axis in axes:
+        axis.axvspan(0, summary["warmup_s"] / 60, color="orange", alpha=0.15)
+        axis.annotate("warm-up", (summary["warmup_s"] / 120, 1), xycoords=("data", "axes fraction"),
+                      ha="center", va="top", fontsize=8)  # fmt: skip
+        axis.axvline(results["traffic_s"] / 60, color="grey", linestyle=":", linewidth=1)
+        axis.grid(alpha=0.3)
+    growth = summary.get("total_rss", {}).get("growth_after_warmup_pct")
+    headline = f", growth after warm-up {growth:+.1f}%" if growth is not None else ""
+    fig.suptitle(f"soak, {results['machine']}, {results['date']}, {results['commit']}{headline}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def fmt(mib: float | None) -> str:
+    return f"{mib:,.0f} MiB" if mib is not None else "-"
+
+
+def pct(value: float | None) -> str:
+    return f"{value:+.1f}%" if value is not None else "-"
+
+
+def slope(mib_per_min: float | None) -> str:
+    return f"{mib_per_min:+.1f} MiB/min" if mib_per_min is not None else "-"
+
+
+def report(results: dict[str, Any]) -> None:
+    print(
+        f"\nsoak, {results['load_s'] / 60:g} min, {results['clients']} clients "
+        f"({results['machine']}, {results['commit']}, {results['date']}):\n"
+    )
+    print("| kind | ok | busy (expected under load) | unexpected | p50 | p99 |")
+    print("|---|---|---|---|---|---|")
+    for kind, c in results["requests"].items():
+        print(
+            f"| {kind} | {c['ok']} | {c['busy']} | {c['unexpected']} "
+            f"| {c['p50_s']:.2f} s | {c['p99_s']:.2f} s |"
+            if c["ok"]
+            else f"| {kind} | 0 | {c['busy']} | {c['unexpected']} | - | - |"
+        )
+    summary = results["summary"]
+    if "total_rss" not in summary:
+        return
+    print(
+        f"\nwarm-up {summary['warmup_s']:.0f} s, medians over {summary['window_s']:.0f} s windows:\n\n"
+        "| process | start | after warm-up | end | growth after warm-up | trend, 2nd half | idle after |\n"
+        "|---|---|---|---|---|---|---|"
+    )
+    rows = [("**all (sum of VmRSS)**", summary["total_rss"]), ("all (sum of RssAnon)", summary["total_anon"])]
+    for name, row in [*rows, *summary["processes"].items()]:
+        print(
+            f"| {name} | {fmt(row['start_mib'])} | {fmt(row['after_warmup_mib'])} | {fmt(row['end_mib'])} "
+            f"| {pct(row['growth_after_warmup_pct'])} | {slope(row['trend_mib_per_min'])} "
+            f"| {fmt(row['idle_after_mib'])} |"
+        )
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    parser.add_argument("--minutes", type=float, default=30.0, help="of traffic")
+    parser.add_argument("--clients", type=int, default=8, help="client threads")
+    parser.add_argument("--sample-s", type=float, default=1.0, help="seconds between memory samples")
+    parser.add_argument("--settle-s", type=float, default=10.0, help="sampling after the traffic stops")
+    parser.add_argument("--voice", type=Path, help="voice folder of the own server (default: joe)")
+    parser.add_argument("--url-http", help="a running server's HTTP address (with --url-grpc); no memory")
+    parser.add_argument("--url-grpc", help="a running server's gRPC address")
+    parser.add_argument("--out", type=Path, default=Path("results/soak.json"))
+    args = parser.parse_args(argv)
+    if bool(args.url_http) != bool(args.url_grpc):
+        parser.error("--url-http and --url-grpc go together")
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    load_s = 60 * args.minutes
+    traffic = Traffic()
+    with ExitStack() as stack:
+        pid = None
+        if args.url_http:
+            http_url, grpc_url = args.url_http, args.url_grpc
+        else:
+            log_file = args.out.with_name(args.out.stem + "-tritonserver.log")
+            server = stack.enter_context(own_server(args.voice, stack, log_file))
+            assert server.process is not None
+            http_url, grpc_url, pid = server.http_url, server.grpc_url, server.process.pid
+        warm = Clients(http_url, grpc_url)
+        for n, kind in enumerate(KINDS):  # each kind once, and the server is what we think
+            send(kind, warm, n)
+        warm.close()
+        origin = time.monotonic()
+        sampler = Sampler(pid, traffic, args.sample_s, origin)
+        start = sampler.sample()  # idle, before the traffic
+        sampler.start()
+        end = origin + load_s
+        clients = [
+            threading.Thread(
+                target=client_loop,
+                args=(k * len(SCHEDULE) // args.clients, http_url, grpc_url, end, traffic),
+                name=f"client-{k}",
+            )
+            for k in range(args.clients)
+        ]
+        for c in clients:
+            c.start()
+        for c in clients:
+            c.join()
+        traffic_s = time.monotonic() - origin  # what ran at the end finished after load_s
+        time.sleep(args.settle_s)
+        sampler.stop()
+        sampler.sample()
+    samples = sampler.samples
+    summary = summarise(samples, load_s, traffic_s, start)
+    requests = {
+        kind: {
+            "ok": t.ok,
+            "busy": t.busy,
+            "unexpected": t.unexpected,
+            "audio_s": t.audio_s,
+            "p50_s": float(np.percentile(t.latencies, 50)) if t.latencies else None,
+            "p99_s": float(np.percentile(t.latencies, 99)) if t.latencies else None,
+        }
+        for kind, t in traffic.tallies.items()
+    }
+    results: dict[str, Any] = {
+        **stamp(),
+        "server": "own, default build" if pid is not None else f"{http_url}, {grpc_url}",
+        "load_s": load_s,
+        "traffic_s": traffic_s,
+        "clients": args.clients,
+        "sample_s": args.sample_s,
+        "schedule": SCHEDULE,
+        "requests": requests,
+        "errors": {
+            BUSY: sum(t.busy for t in traffic.tallies.values()),
+            UNEXPECTED: sum(t.unexpected for t in traffic.tallies.values()),
+            "by_kind": {k: {BUSY: t.busy, UNEXPECTED: t.unexpected} for k, t in traffic.tallies.items()},
+            "unexpected_samples": dict(sorted(traffic.error_samples.items(), key=lambda e: -e[1])[:20]),
+        },
+        "summary": summary,
+        "samples": samples,
+    }
+    args.out.write_text(json.dumps(results, indent=1), encoding="utf-8")
+    image = plot(results, args.out.with_suffix(".png"))
+    report(results)
+    print(f"\n{args.out}, plot: {image}")
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,177 @@
+"""TTS metrics on Triton's metrics port (``/metrics``), next to Triton's own ``nv_*`` series.
+
+``tts`` and ``tts_stream`` record them through the Python backend's custom-metrics API
+(``pb_utils.MetricFamily``; Triton 2.51, python_backend r24.10, has COUNTER, GAUGE and
+HISTOGRAM). Direct ``tts_chunk`` calls are not counted here: that entry is an ensemble
+with no Python of ours in front of it; Triton's ``nv_inference_*{model="tts_chunk"}``
+cover it.
+
+Every series carries ``model`` (``tts`` or ``tts_stream``) and ``model_instance`` (the
+Triton instance and its stub's pid, e.g. ``tts_0_1:4242``): Triton 2.51 keeps one
+reference count per model instance for a series that several instances create with the
+same labels, so the first instance to unload would delete the series under the others
+(a reload starts new instances before the old ones go). Sum over ``model_instance``.
+
+Outcomes (``triton_tts_requests_total{reason}``), counted once per request:
+
+- ``ok``: all audio delivered;
+- ``invalid``: refused as malformed (INVALID_ARG: TEXT, options, voice, a chunk preprocess
+  refused);
+- ``busy``: refused for load: a stream beyond ``max_streams``, or a chunk the stages
+  refused (UNAVAILABLE, their queue full). A ``tts`` request that Triton itself refuses
+  (its queue full or timed out) never reaches this code: that is Triton's
+  ``nv_inference_request_failure{model="tts",reason="REJECTED"}``;
+- ``cancelled``: the client cancelled or went away (gRPC), or the request's own timeout
+  passed (see :class:`triton_tts.bls.Cancellation`);
+- ``failed``: anything else (a chunk's internal error, a dead stage instance).
+
+Only ``ok`` requests add characters, audio and processing seconds, chunks and real-time
+factor. Processing time runs from when the model starts the request to its last audio
+(Triton's queue time before that is ``nv_inference_queue_duration_us``).
+
+This module imports ``triton_python_backend_utils`` only when :class:`TTSMetrics` is made
+(inside Triton), so that the chart's dashboard test can check its queries against
+:data:`FAMILIES`, the one list of our metric names.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+OUTCOMES = ("ok", "invalid", "busy", "cancelled", "failed")
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    kind: str  # "COUNTER" or "HISTOGRAM" (pb_utils.MetricFamily's kinds)
+    description: str
+    buckets: tuple[float, ...] = ()  # histograms' upper bounds (le); +Inf is implicit
+
+
+REQUESTS = Family(
+    "triton_tts_requests_total",
+    "COUNTER",
+    "Requests finished by tts and tts_stream, by outcome (reason): ok, invalid, busy, cancelled, failed",
+)
+CHARACTERS = Family(
+    "triton_tts_characters_total",
+    "COUNTER",
+    "Characters of TEXT (Unicode code points, as decoded: control characters dropped, ends trimmed) "
+    "of requests answered ok, per voice",
+)
+AUDIO_SECONDS = Family(
+    "triton_tts_audio_seconds_total",
+    "COUNTER",
+    "Seconds of audio returned by requests answered ok, per voice",
+)
+PROCESSING_SECONDS = Family(
+    "triton_tts_processing_seconds_total",
+    "COUNTER",
+    "Seconds from start of work to last audio of requests answered ok, per voice "
+    "(rate over triton_tts_audio_seconds_total: the real-time factor of all of them)",
+)
+CHUNKS = Family(
+    "triton_tts_request_chunks",
+    "HISTOGRAM",
+    "Text chunks per request answered ok (each one tts_chunk request)",
+    (1, 2, 4, 8, 16, 32, 64, 128, 256),
+)
+REAL_TIME_FACTOR = Family(
+    "triton_tts_real_time_factor",
+    "HISTOGRAM",
+    "Processing seconds per second of audio, per request answered ok (below 1: faster than real time)",
+    (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 1, 2, 5),
+)
+FIRST_CHUNK_SECONDS = Family(
+    "triton_tts_first_chunk_seconds",
+    "HISTOGRAM",
+    "tts_stream: seconds from start of work to the first audio sent",
+    (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10),
+)
+FAMILIES = (
+    REQUESTS,
+    CHARACTERS,
+    AUDIO_SECONDS,
+    PROCESSING_SECONDS,
+    CHUNKS,
+    REAL_TIME_FACTOR,
+    FIRST_CHUNK_SECONDS,
+)
+
+
+@dataclass(frozen=True)
+class _VoiceMetrics:
+    characters: Any
+    audio_seconds: Any
+    processing_seconds: Any
+    real_time_factor: Any
+    first_chunk_seconds: Any | None
+
+
+class TTSMetrics:
+    """One model instance's metrics, made once in ``initialize``; recording is a few calls
+    per request and never logs.
+
+    The backend's Metric objects are not thread-safe (each call stages its value in the
+    object before the round trip to Triton), so every recording holds one lock.
+    """
+
+    def __init__(self, model: str, instance_name: str, voices: Iterable[str], streaming: bool) -> None:
+        import triton_python_backend_utils as pb_utils
+
+        kinds = {"COUNTER": pb_utils.MetricFamily.COUNTER, "HISTOGRAM": pb_utils.MetricFamily.HISTOGRAM}
+        # The families must outlive their metrics: a family's Python object clears them all.
+        self._families = {
+            f: pb_utils.MetricFamily(name=f.name, description=f.description, kind=kinds[f.kind])
+            for f in FAMILIES
+            if streaming or f is not FIRST_CHUNK_SECONDS
+        }
+        base = {"model": model, "model_instance": f"{instance_name}:{os.getpid()}"}
+
+        def metric(family: Family, **labels: str) -> Any:
+            buckets = list(family.buckets) if family.kind == "HISTOGRAM" else None
+            return self._families[family].Metric(labels={**base, **labels}, buckets=buckets)
+
+        self._lock = threading.Lock()
+        self._requests = {reason: metric(REQUESTS, reason=reason) for reason in OUTCOMES}
+        self._chunks = metric(CHUNKS)
+        self._voices = {
+            voice: _VoiceMetrics(
+                characters=metric(CHARACTERS, voice=voice),
+                audio_seconds=metric(AUDIO_SECONDS, voice=voice),
+                processing_seconds=metric(PROCESSING_SECONDS, voice=voice),
+                real_time_factor=metric(REAL_TIME_FACTOR, voice=voice),
+                first_chunk_seconds=metric(FIRST_CHUNK_SECONDS, voice=voice) if streaming else None,
+            )
+            for voice in voices
+        }
+
+    def record_ok(
+        self, voice: str, characters: int, audio_s: float, processing_s: float, chunks: int
+    ) -> None:
+        """A request whose audio was all delivered."""
+        per_voice = self._voices[voice]
+        with self._lock:
+            self._requests["ok"].increment(1)
+            per_voice.characters.increment(characters)
+            per_voice.audio_seconds.increment(audio_s)
+            per_voice.processing_seconds.increment(processing_s)
+            self._chunks.observe(chunks)
+            if audio_s > 0:
+                per_voice.real_time_factor.observe(processing_s / audio_s)
+
+    def record_error(self, reason: str) -> None:
+        """A request that ended in an error (one of OUTCOMES other than ok)."""
+        with self._lock:
+            self._requests[reason].increment(1)
+
+    def record_first_chunk(self, voice: str, seconds: float) -> None:
+        metric = self._voices[voice].first_chunk_seconds
+        if metric is not None:
+            with self._lock:
+                metric.observe(seconds)
