@@ -26,12 +26,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import json
 import logging
 import os
-import platform
-import subprocess
 import tempfile
 import threading
 import time
@@ -40,10 +37,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from stamp import stamp  # benchmarks/stamp.py: scripts and tests have benchmarks/ on sys.path
 
 from triton_tts.client.tts_client import NO_RETRIES, RetryPolicy, ServerBusy, TTSClient, TTSError
 from triton_tts.model_configs import BuildOptions
-from triton_tts.onnx_session import available_cores
 from triton_tts.repository import build_repository, ensure_default_voice
 from triton_tts.sample_texts import SENTENCES
 from triton_tts.server import TritonServer, free_port
@@ -174,19 +171,6 @@ def own_server(options: BuildOptions, stack: ExitStack) -> TritonServer:
         metrics_port=free_port(),
         log_file=scratch / "tritonserver.log",
     )
-
-
-def stamp() -> dict[str, str]:
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", *args], capture_output=True, text=True, check=False)
-        return done.stdout.strip()
-
-    commit = git("rev-parse", "--short", "HEAD") or "unknown"
-    return {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "commit": commit + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else ""),
-        "machine": f"{platform.machine()}, {available_cores()} cores",
-    }
 
 
 def plot(results: dict[str, Any], path: Path) -> Path:

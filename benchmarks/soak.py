@@ -42,11 +42,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import json
 import logging
-import platform
-import subprocess
 import tempfile
 import threading
 import time
@@ -57,9 +54,9 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from stamp import stamp  # benchmarks/stamp.py: scripts and tests have benchmarks/ on sys.path
 
 from triton_tts.client.tts_client import NO_RETRIES, RequestRejected, RetryPolicy, ServerBusy, TTSClient
-from triton_tts.onnx_session import available_cores
 from triton_tts.repository import build_repository, ensure_default_voice
 from triton_tts.sample_texts import PARAGRAPH, SENTENCES
 from triton_tts.server import TritonServer, free_port
@@ -335,27 +332,6 @@ def summarise(
         "processes": processes,
         "goal_growth_pct": GOAL_GROWTH_PCT,
         "goal_met": growth is not None and growth < GOAL_GROWTH_PCT,
-    }
-
-
-def stamp() -> dict[str, str]:
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", *args], capture_output=True, text=True, check=False)
-        return done.stdout.strip()
-
-    cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines()
-    models = [line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")]
-    meminfo = Path("/proc/meminfo").read_text(encoding="utf-8").splitlines()
-    ram_kib = next(int(line.split()[1]) for line in meminfo if line.startswith("MemTotal:"))
-    cpu = models[0] if models else platform.processor() or platform.machine()
-    cores = len(models) or available_cores()
-    usable = available_cores()
-    commit = git("rev-parse", "--short", "HEAD") or "unknown"
-    return {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "commit": commit + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else ""),
-        "machine": f"{cpu}, {cores} cores{f' ({usable} usable)' if usable != cores else ''}, "
-        f"{ram_kib / 2**20:.1f} GiB RAM",
     }
 
 
