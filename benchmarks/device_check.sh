@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU device check, as one prepared run (see README "GPU device check").
+# The GPU device check, as one prepared run (see docs/performance.md, "GPU device check").
 # Expects: the exported vocoder at voices/joe/vocoder.onnx and onnx2torch's wheel in .whl/.
 # Measures: the exported vocoder through PyTorch on CUDA (onnx2torch), parity with
 # onnxruntime on CPU, throughput per batch size in FP32 and FP16, and the TensorRT
@@ -17,5 +17,5 @@ fi
 # The vocoder profile's frame budget for this voice, from the one place that decides it.
 MAX_FRAMES=$(python3 -c "import json; from triton_tts.limits import frame_budget; \
 v = json.load(open('voices/joe/voice.json')); print(frame_budget(v['sample_rate'], v['hop_length']))")
-PYTHONUNBUFFERED=1 python3 benchmarks/gpu_vocoder_check.py \
+PYTHONUNBUFFERED=1 python3 -m benchmarks.gpu_vocoder_check \
   --vocoder voices/joe/vocoder.onnx --out "$OUT_DIR/gpu_vocoder.json" --max-frames "$MAX_FRAMES" "$@"

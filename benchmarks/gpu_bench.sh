@@ -41,9 +41,9 @@ for variant in gpu tensorrt; do
   done
   curl -sf localhost:$HTTP_PORT/v2/health/ready >/dev/null || { echo "$variant: server not ready"; exit 1; }
   # shellcheck disable=SC2086
-  python3 benchmarks/perf.py --url-grpc localhost:$GRPC_PORT --url-http localhost:$HTTP_PORT \
+  python3 -m benchmarks.perf --url-grpc localhost:$GRPC_PORT --url-http localhost:$HTTP_PORT \
     --levels $LEVELS --out "$OUT_DIR/$variant/perf"
-  python3 benchmarks/streaming.py --url-grpc localhost:$GRPC_PORT --url-http localhost:$HTTP_PORT \
+  python3 -m benchmarks.streaming --url-grpc localhost:$GRPC_PORT --url-http localhost:$HTTP_PORT \
     --levels 1 8 32 --no-memory --out "$OUT_DIR/$variant/streaming.json"
   kill $server
   wait $server || true

@@ -8,8 +8,8 @@ variant is built around: equal-shape batches (LATENT frames padded to a multiple
 and how throughput grows with batch size. It also checks the GPU output against
 onnxruntime on the CPU, so the exported graph is known to compute the same thing there.
 
-    python benchmarks/gpu_vocoder_check.py --vocoder voices/joe/vocoder.onnx --out results/gpu.json
-    python benchmarks/gpu_vocoder_check.py --device cpu --batches 1 2 --frames 64   # smoke
+    python -m benchmarks.gpu_vocoder_check --vocoder voices/joe/vocoder.onnx --out results/gpu.json
+    python -m benchmarks.gpu_vocoder_check --device cpu --batches 1 2 --frames 64   # smoke
 
 Standalone on purpose (torch, onnx, onnx2torch, numpy; onnxruntime optional), so it runs
 on a bare GPU machine without the project's serving dependencies.

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import numpy as np
 
 from triton_tts.client import TTSClient
-from triton_tts.sample_texts import SENTENCES
+from triton_tts.testing.sample_texts import SENTENCES
 
 
 def load(call: Callable[[str], float], concurrency: int, rounds: int) -> dict[str, float]:

@@ -12,11 +12,11 @@ here, so every attempt is seen. Per level:
 - end-to-end p50/p99: a user's wait from the first attempt to the audio, retries included;
 - with ``--stream``: ``tts_stream``, and the accepted streams' time to their first audio.
 
-    python benchmarks/overload.py                       # default build, own server
-    python benchmarks/overload.py --set long_text_queue_size=0 --out results/overload-unbounded.json
-    python benchmarks/overload.py --stream --levels 8 64  # tts_stream (bounded by --max-streams)
-    python benchmarks/overload.py --url localhost:8001  # a running server
-    python benchmarks/overload.py --levels 1 4 --seconds 3    # smoke
+    python -m benchmarks.overload                       # default build, own server
+    python -m benchmarks.overload --set long_text_queue_size=0 --out results/overload-unbounded.json
+    python -m benchmarks.overload --stream --levels 8 64  # tts_stream (bounded by --max-streams)
+    python -m benchmarks.overload --url localhost:8001  # a running server
+    python -m benchmarks.overload --levels 1 4 --seconds 3    # smoke
 
 Writes results/overload.json (stamped with date, git commit and machine) and
 results/overload.png, and prints a Markdown table.
@@ -37,13 +37,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from stamp import stamp  # benchmarks/stamp.py: scripts and tests have benchmarks/ on sys.path
 
+from benchmarks.stamp import stamp
 from triton_tts.client.tts_client import NO_RETRIES, RetryPolicy, ServerBusy, TTSClient, TTSError
 from triton_tts.model_configs import BuildOptions
 from triton_tts.repository import build_repository, ensure_default_voice
-from triton_tts.sample_texts import SENTENCES
 from triton_tts.server import TritonServer, free_port
+from triton_tts.testing.sample_texts import SENTENCES
 
 LEVELS = [1, 2, 4, 8, 16, 32, 64]
 # Three consecutive sentences of the mixed set: 2 chunks, 5 to 12 s of audio each.

@@ -12,8 +12,8 @@ bench-peers``) against triton-tts serving this project's export of the same Coqu
 That model is a Coqui VITS at Coqui's default sizes with random weights (no download;
 speed does not depend on the weights' values), built once into ``.bench/coqui-model``.
 
-    python benchmarks/peers.py --concurrency 8 --rounds 3
-    python benchmarks/peers.py --only-coqui --coqui-rounds 1    # just (d)
+    python -m benchmarks.peers --concurrency 8 --rounds 3
+    python -m benchmarks.peers --only-coqui --coqui-rounds 1    # just (d)
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import logging
 import multiprocessing
 import platform
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Callable
@@ -34,11 +33,9 @@ from typing import Any
 
 import soundfile as sf
 
+from benchmarks.loadgen import load, triton_call
 from triton_tts.onnx_session import available_cores
-from triton_tts.sample_texts import SENTENCES
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from loadgen import load, triton_call
+from triton_tts.testing.sample_texts import SENTENCES
 
 log = logging.getLogger("peers")
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,8 +47,7 @@ COQUI_MODEL = ROOT / ".bench" / "coqui-model"
 def _direct_worker(rounds: int, offset: int, ready: Any, results: Any, voice_dir: Path | None) -> None:
     """One process, one thread, batch 1: the server's text path + Piper's unsplit graph,
     or a voice folder's own graphs."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from reference import PiperReference, VoiceReference
+    from benchmarks.reference import PiperReference, VoiceReference
 
     reference = PiperReference(threads=1) if voice_dir is None else VoiceReference(voice_dir, threads=1)
     reference.synthesize(SENTENCES[0])  # warm-up, outside the timed part
@@ -142,7 +138,7 @@ def coqui_model(family: str, precisions: list[str]) -> tuple[Path, Path, list[Pa
     folder = COQUI_MODEL / family
     checkpoint, config = folder / "checkpoint" / "model.pth", folder / "checkpoint" / "config.json"
     if not checkpoint.exists():
-        from triton_tts.export.coqui_checkpoints import build_tts
+        from triton_tts.testing.coqui_checkpoints import build_tts
 
         build_tts(family, folder / "checkpoint", size="full")
     # Coqui's Synthesizer trims "silence" off its output (do_trim_silence): on a random
@@ -155,11 +151,11 @@ def coqui_model(family: str, precisions: list[str]) -> tuple[Path, Path, list[Pa
     voice_dirs = [folder / f"coqui-{family}-{precision}" for precision in precisions]
     missing = [(p, d) for p, d in zip(precisions, voice_dirs, strict=True) if not (d / "voice.json").exists()]
     if missing:
-        from triton_tts.export import coqui
+        from triton_tts.export.coqui import export, loading
 
-        loaded = coqui.load(checkpoint=checkpoint, config=config)  # once for every precision
+        loaded = loading.load(checkpoint=checkpoint, config=config)  # once for every precision
         for precision, voice_dir in missing:
-            coqui.export_coqui(loaded, voice_dir, precision=precision)
+            export.export_coqui(loaded, voice_dir, precision=precision)
     return checkpoint, config, voice_dirs
 
 

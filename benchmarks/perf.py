@@ -6,9 +6,9 @@ level it records throughput (requests/s and seconds of audio per second), latenc
 percentiles and, from Triton's own statistics, the average executed batch size of every
 model. Writes ``results/perf/`` (JSON, Markdown report, PNG plots; git ignores results/).
 
-    python benchmarks/perf.py                                  # own server, full sweep
-    python benchmarks/perf.py --url-grpc localhost:8001 --url-http localhost:8000
-    python benchmarks/perf.py --smoke                          # what CI runs: tiny, fast
+    python -m benchmarks.perf                                  # own server, full sweep
+    python -m benchmarks.perf --url-grpc localhost:8001 --url-http localhost:8000
+    python -m benchmarks.perf --smoke                          # what CI runs: tiny, fast
 
 perf_analyzer ships in tritonclient[all]==2.51.0; it needs Debian's libb64-0d and
 libcudart.so.12 (PyPI nvidia-cuda-runtime-cu12), found here automatically.
@@ -32,7 +32,7 @@ from typing import Any
 
 from triton_tts.client import TTSClient
 from triton_tts.onnx_session import available_cores
-from triton_tts.sample_texts import PARAGRAPH
+from triton_tts.testing.sample_texts import PARAGRAPH
 
 log = logging.getLogger("perf")
 

@@ -9,7 +9,7 @@ import numpy as np
 import onnxruntime as ort
 
 from triton_tts.export.piper import bundled_joe_paths
-from triton_tts.export.quantize import acoustic_runner, text_ids
+from triton_tts.export.voice_runs import acoustic_runner, text_ids
 from triton_tts.repository import ensure_default_voice
 from triton_tts.stages import RunFailed, VocoderRunner
 from triton_tts.text.normalize import normalize_english
@@ -32,7 +32,8 @@ class PiperReference:
 
     def synthesize(self, text: str) -> float:
         """Seconds of audio made for ``text`` (with the voice's own noise settings)."""
-        ids = self.voice.phonemes_to_ids(self.phonemizer.phonemize([normalize_english(text)])[0])
+        symbols = self.phonemizer.symbols([normalize_english(text)], self.voice.tokens)
+        ids = self.voice.phonemes_to_ids(symbols[0])
         wav = self.session.run(
             None,
             {

@@ -4,9 +4,9 @@ RTF = seconds spent synthesising / seconds of audio produced (lower is better; 0
 20x faster than real time). Measured through a real tritonserver with tritonclient, next
 to Piper's unsplit graph run directly with onnxruntime in this process as a reference.
 
-    python benchmarks/rtf.py                        # starts its own server on free ports
-    python benchmarks/rtf.py --url localhost:8000   # against a running server
-    python benchmarks/rtf.py --rounds 1 --concurrency 2   # smoke run
+    python -m benchmarks.rtf                        # starts its own server on free ports
+    python -m benchmarks.rtf --url localhost:8000   # against a running server
+    python -m benchmarks.rtf --rounds 1 --concurrency 2   # smoke run
 
 Writes results/rtf.json and prints a Markdown table.
 """
@@ -27,7 +27,7 @@ import numpy as np
 from triton_tts.client import TTSClient
 from triton_tts.client.tts_client import Protocol
 from triton_tts.onnx_session import available_cores
-from triton_tts.sample_texts import SENTENCES
+from triton_tts.testing.sample_texts import SENTENCES
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -55,7 +55,7 @@ def single_stream(client: TTSClient, rounds: int) -> dict[str, float]:
 
 
 def concurrent_streams(url: str, protocol: Protocol, concurrency: int, rounds: int) -> dict[str, float]:
-    from loadgen import load, triton_call
+    from benchmarks.loadgen import load, triton_call
 
     r = load(triton_call(url, protocol), concurrency, rounds)
     return {
@@ -70,7 +70,7 @@ def concurrent_streams(url: str, protocol: Protocol, concurrency: int, rounds: i
 
 def direct_onnxruntime(rounds: int) -> dict[str, float]:
     """Piper's unsplit graph in this process, batch 1, all cores: the no-server reference."""
-    from reference import PiperReference
+    from benchmarks.reference import PiperReference
 
     reference = PiperReference(threads=available_cores())
     spent = audio = 0.0

@@ -11,11 +11,12 @@ client waits the library's backoff before its next request; any other error on g
 input, and any answer to bad input other than a clear refusal, is unexpected.
 
 Every ``--sample-s`` the resident memory of tritonserver and of every Python-backend stub
-(VmRSS, RssAnon, RssShmem from /proc/<pid>/status) is recorded. The stubs and tritonserver
-map the same shared-memory regions, so the sum of VmRSS counts those pages once per
-process that touched them (it overstates physical memory; the sum of RssAnon does not).
+(VmRSS, RssAnon, RssShmem from /proc/<pid>/status, PSS from smaps_rollup) is recorded. The
+stubs and tritonserver map the same shared-memory regions, and tritonserver keeps a region's
+older mappings when it grows, so the sum of VmRSS counts those pages once per mapping that
+touched them: it overstates physical memory. The sum of PSS counts each page once.
 
-Summary (on the sum of VmRSS; the same for each process and for the sum of RssAnon):
+Summary (on the sum of VmRSS; the same for each process and for the sums of PSS and RssAnon):
 
 - warm-up: the first 20% of the run or 2 minutes, whichever is shorter (caches, arenas
   and thread pools fill up; growth then is not a leak);
@@ -29,10 +30,10 @@ Summary (on the sum of VmRSS; the same for each process and for the sum of RssAn
   minute (a pool that grew once, then stayed, has none; a leak keeps one);
 - "idle after": the last sample, ``--settle-s`` after the traffic stopped.
 
-    python benchmarks/soak.py                         # 30 minutes, 8 clients, own server
-    python benchmarks/soak.py --minutes 10
-    python benchmarks/soak.py --url-http host:8000 --url-grpc host:8001   # no memory then
-    python benchmarks/soak.py --minutes 0.5 --clients 2 --settle-s 2      # smoke
+    python -m benchmarks.soak                         # 30 minutes, 8 clients, own server
+    python -m benchmarks.soak --minutes 10
+    python -m benchmarks.soak --url-http host:8000 --url-grpc host:8001   # no memory then
+    python -m benchmarks.soak --minutes 0.5 --clients 2 --settle-s 2      # smoke
 
 Writes results/soak.json (stamped with date, git commit and machine) and results/soak.png,
 and prints Markdown tables.
@@ -54,12 +55,12 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from stamp import stamp  # benchmarks/stamp.py: scripts and tests have benchmarks/ on sys.path
 
+from benchmarks.stamp import stamp
 from triton_tts.client.tts_client import NO_RETRIES, RequestRejected, RetryPolicy, ServerBusy, TTSClient
 from triton_tts.repository import build_repository, ensure_default_voice
-from triton_tts.sample_texts import PARAGRAPH, SENTENCES
 from triton_tts.server import TritonServer, free_port
+from triton_tts.testing.sample_texts import PARAGRAPH, SENTENCES
 from triton_tts.watchdog import stub_instances
 
 log = logging.getLogger("soak")
@@ -180,13 +181,15 @@ def send(kind: str, clients: Clients, n: int) -> float:
     raise RuntimeError(f"bad input accepted: {result.duration_s:.1f} s of audio")
 
 
-def client_loop(offset: int, http_url: str, grpc_url: str, end: float, traffic: Traffic) -> None:
+def client_loop(
+    offset: int, http_url: str, grpc_url: str, end: float, traffic: Traffic, schedule: list[str]
+) -> None:
     backoff, refusals = RetryPolicy(), 0
     clients = Clients(http_url, grpc_url)
     try:
         n = offset  # each client starts elsewhere in the mix
         while time.monotonic() < end:
-            kind = SCHEDULE[n % len(SCHEDULE)]
+            kind = schedule[n % len(schedule)]
             start = time.perf_counter()
             try:
                 audio_s = send(kind, clients, n)
@@ -216,7 +219,19 @@ def read_memory(pid: int) -> dict[str, int] | None:
         name, _, value = line.partition(":")
         if name in fields:
             found[fields[name]] = int(value.split()[0])
-    return found if "rss_kib" in found else None  # a zombie has no VmRSS
+    if "rss_kib" not in found:
+        return None  # a zombie has no VmRSS
+    # PSS shares each page among the processes (and mappings) that hold it, so the sum over
+    # processes counts every physical page once. Resident pages of the shared-memory regions
+    # are held by tritonserver and a stub, and tritonserver keeps each region's earlier,
+    # smaller mappings after it grows: VmRSS counts those pages two and three times.
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text(encoding="utf-8").splitlines():
+            if line.startswith("Pss:"):
+                found["pss_kib"] = int(line.split()[1])
+    except OSError:
+        pass
+    return found
 
 
 class Sampler:
@@ -243,7 +258,7 @@ class Sampler:
             "processes": processes,
         }
         if processes:
-            for key in ("rss_kib", "anon_kib", "shmem_kib"):
+            for key in ("rss_kib", "pss_kib", "anon_kib", "shmem_kib"):
                 sample[f"total_{key}"] = sum(p.get(key, 0) for p in processes.values())
         self.samples.append(sample)
         return sample
@@ -327,6 +342,7 @@ def summarise(
         "warmup_s": warmup_s,
         "window_s": window_s,
         "total_rss": total,
+        "total_pss": figures(lambda s: s.get("total_pss_kib")),
         "total_anon": figures(lambda s: s.get("total_anon_kib")),
         "total_shmem": figures(lambda s: s.get("total_shmem_kib")),
         "processes": processes,
@@ -368,7 +384,11 @@ def plot(results: dict[str, Any], path: Path) -> Path:
     if with_memory:
         total, per_process = axes[0], axes[1]
         window_s = max(summary["window_s"], 5 * results["sample_s"])
-        for key, label in (("total_rss_kib", "sum of VmRSS"), ("total_anon_kib", "sum of RssAnon")):
+        for key, label in (
+            ("total_rss_kib", "sum of VmRSS"),
+            ("total_pss_kib", "sum of PSS"),
+            ("total_anon_kib", "sum of RssAnon"),
+        ):
             values = np.array([s.get(key, np.nan) / 1024 for s in samples])
             (line,) = total.plot(minutes, values, linewidth=0.6, alpha=0.45)
             total.plot(
@@ -462,7 +482,11 @@ def report(results: dict[str, Any]) -> None:
         "| process | start | after warm-up | end | growth after warm-up | trend, 2nd half | idle after |\n"
         "|---|---|---|---|---|---|---|"
     )
-    rows = [("**all (sum of VmRSS)**", summary["total_rss"]), ("all (sum of RssAnon)", summary["total_anon"])]
+    rows = [
+        ("**all (sum of VmRSS)**", summary["total_rss"]),
+        ("all (sum of PSS)", summary["total_pss"]),
+        ("all (sum of RssAnon)", summary["total_anon"]),
+    ]
     for name, row in [*rows, *summary["processes"].items()]:
         print(
             f"| {name} | {fmt(row['start_mib'])} | {fmt(row['after_warmup_mib'])} | {fmt(row['end_mib'])} "
@@ -483,7 +507,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--url-http", help="a running server's HTTP address (with --url-grpc); no memory")
     parser.add_argument("--url-grpc", help="a running server's gRPC address")
     parser.add_argument("--out", type=Path, default=Path("results/soak.json"))
+    parser.add_argument(
+        "--kinds",
+        nargs="+",
+        choices=KINDS,
+        help="only these kinds of request (default: the whole mix), to find which traffic grows what",
+    )
     args = parser.parse_args(argv)
+    schedule = [k for k in SCHEDULE if k in args.kinds] if args.kinds else SCHEDULE
     if bool(args.url_http) != bool(args.url_grpc):
         parser.error("--url-http and --url-grpc go together")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -511,7 +542,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         clients = [
             threading.Thread(
                 target=client_loop,
-                args=(k * len(SCHEDULE) // args.clients, http_url, grpc_url, end, traffic),
+                args=(k * len(schedule) // args.clients, http_url, grpc_url, end, traffic, schedule),
                 name=f"client-{k}",
             )
             for k in range(args.clients)
@@ -544,7 +575,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "traffic_s": traffic_s,
         "clients": args.clients,
         "sample_s": args.sample_s,
-        "schedule": SCHEDULE,
+        "schedule": schedule,
         "requests": requests,
         "errors": {
             BUSY: sum(t.busy for t in traffic.tallies.values()),

@@ -5,10 +5,10 @@ through ``tts_stream`` (gRPC) and total latency through ``tts``; then the peak r
 memory of the whole server (tritonserver + every Python-backend stub) while ``tts``
 synthesises a 20,000-character text.
 
-    python benchmarks/streaming.py                 # starts its own server on free ports
-    python benchmarks/streaming.py --url-grpc gpu-node:8001 --url-http gpu-node:8000 \
+    python -m benchmarks.streaming                 # starts its own server on free ports
+    python -m benchmarks.streaming --url-grpc gpu-node:8001 --url-http gpu-node:8000 \
         --no-memory                                # a running server, e.g. a GPU node
-    python benchmarks/streaming.py --rounds 1 --levels 1 --chapter-chars 2000   # smoke
+    python -m benchmarks.streaming --rounds 1 --levels 1 --chapter-chars 2000   # smoke
 
 Writes results/streaming.json and prints Markdown tables.
 """
@@ -30,7 +30,7 @@ import numpy as np
 
 from triton_tts.client import TTSClient
 from triton_tts.onnx_session import available_cores
-from triton_tts.sample_texts import PARAGRAPH
+from triton_tts.testing.sample_texts import PARAGRAPH
 
 
 def p(values: list[float], q: float) -> float:

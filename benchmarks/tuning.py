@@ -6,8 +6,8 @@ up, then one request at a time (one pass over the sentences) and ``--concurrency
 clients (``--rounds`` passes each), gRPC. Settings alternate, ``--runs`` times, so a
 drift of the machine shows as spread rather than as a difference.
 
-    python benchmarks/tuning.py --voice voices/joe --runs 2
-    python benchmarks/tuning.py --settings default one-by-two --rounds 1 --runs 1   # smoke
+    python -m benchmarks.tuning --voice voices/joe --runs 2
+    python -m benchmarks.tuning --settings default one-by-two --rounds 1 --runs 1   # smoke
 
 Writes results/tuning.json and prints a Markdown table.
 """
@@ -17,20 +17,17 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from benchmarks.loadgen import load, triton_call
 from triton_tts import paths
 from triton_tts.model_configs import BuildOptions
 from triton_tts.onnx_session import available_cores
 from triton_tts.repository import build_repository, ensure_default_voice
 from triton_tts.server import TritonServer, free_port
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from loadgen import load, triton_call
 
 DEFAULT = BuildOptions()
 SETTINGS: dict[str, tuple[str, BuildOptions]] = {

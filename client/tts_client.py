@@ -233,24 +233,12 @@ def _chunk(result: Any) -> AudioChunk:
 
 
 def _voices(config: dict[str, Any]) -> list[VoiceInfo]:
-    params = string_parameters(config)
-    if "voices" in params:  # every voice, the default first
-        return [
-            VoiceInfo(
-                name=v["name"],
-                language=v["language"],
-                sample_rate=int(v["sample_rate"]),
-                speakers=v["speakers"],
-            )
-            for v in json.loads(params["voices"])
-        ]
+    """Every voice the ``tts`` model's config names, the default first."""
     return [
         VoiceInfo(
-            name=params["voice_name"],
-            language=params["voice_language"],
-            sample_rate=int(params["voice_sample_rate"]),
-            speakers=json.loads(params["voice_speakers"]),
+            name=v["name"], language=v["language"], sample_rate=int(v["sample_rate"]), speakers=v["speakers"]
         )
+        for v in json.loads(string_parameters(config)["voices"])
     ]
 
 

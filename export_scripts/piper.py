@@ -47,7 +47,7 @@ from triton_tts.export.graph_surgery import (
     set_dims,
 )
 from triton_tts.limits import frame_budget
-from triton_tts.voice import ACOUSTIC_FILE, VOCODER_FILE, Voice
+from triton_tts.voice import ACOUSTIC_FILE, PIPER_PHONEMES, VOCODER_FILE, Voice
 
 log = logging.getLogger(__name__)
 
@@ -218,6 +218,7 @@ def export_piper_voice(onnx_path: Path, config_path: Path, out: Path, name: str 
         noise_w=float(inference.get("noise_w", 0.8)),
         source=f"piper:{onnx_path.name}",
         licence=str(config.get("license", "")),
+        tokens=PIPER_PHONEMES,
     )
     voice.save(out)
     card = onnx_path.parent / "MODEL_CARD"

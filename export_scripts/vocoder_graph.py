@@ -1,7 +1,8 @@
 """Vocoder graph rewrites that make the INT8 CPU vocoder fast, without changing its output.
 
 Profiling the static INT8 vocoder on a CPU (onnxruntime 1.32, 2 cores) showed its integer
-convolutions were a quarter of its time. The rest was layout and precision plumbing:
+convolutions were a small part of its time (docs/performance.md, "INT8 vocoder"). The
+rest was layout and precision plumbing:
 
 - onnxruntime runs ``QLinearConv`` channels-last; around every one it added two
   ``Transpose`` nodes, because the FP32 residual adds in between stay channels-first;
@@ -412,10 +413,10 @@ SHAPE_ONLY = {"Unsqueeze", "Reshape", "Transpose", "Squeeze", "Expand", "Identit
 def drop_padding_masks(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     """The graph without its padding masks, and how many multiplies that removed.
 
-    Coqui vocoders are exported padding-safe (``coqui.PaddingSafe``): each convolution's
+    Coqui vocoders are exported padding-safe (``coqui.padding_safe.PaddingSafe``): each convolution's
     input is multiplied by a 0/1 mask computed from each item's valid length. A run of one
-    item has no padding, every mask is all ones, and the multiplies (about a tenth of the
-    INT8 VITS vocoder's time) change nothing; this copy is what single-item runs use.
+    item has no padding, every mask is all ones, and the multiplies (a measurable share of
+    the INT8 VITS vocoder's time) change nothing; this copy is what single-item runs use.
     """
     model = onnx.ModelProto.FromString(model.SerializeToString())
     graph = model.graph

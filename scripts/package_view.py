@@ -1,7 +1,8 @@
 """Lay out the package as the wheel has it, with links to the sources, for mypy.
 
-The wheel maps client/ to triton_tts.client, export_scripts/ to triton_tts.export and
-model_repository/ to package data (pyproject.toml, [tool.setuptools.package-dir]).
+The wheel maps client/ to triton_tts.client, export_scripts/ to triton_tts.export (its
+subpackages with it) and model_repository/ to package data (pyproject.toml,
+[tool.setuptools.package-dir]).
 Python finds them through setuptools' editable finder, but mypy does not run import hooks,
 so it would see a triton_tts without client/ or export/. This view (an ignored folder,
 rebuilt on every run from the same table) is what `make typecheck` points mypy at::
@@ -26,9 +27,18 @@ def package_dirs(pyproject: Path) -> dict[str, Path]:
     """Package name -> source folder, for every package the wheel holds."""
     setuptools = tomllib.loads(pyproject.read_text(encoding="utf-8"))["tool"]["setuptools"]
     mapped = setuptools.get("package-dir", {})
-    return {
-        name: pyproject.parent / mapped.get(name, name.replace(".", "/")) for name in setuptools["packages"]
-    }
+    return {name: pyproject.parent / source_folder(name, mapped) for name in setuptools["packages"]}
+
+
+def source_folder(package: str, mapped: dict[str, str]) -> Path:
+    """Where setuptools finds ``package``: under the folder of its nearest mapped
+    ancestor (``triton_tts.export.coqui`` -> ``export_scripts/coqui``), else its dotted path."""
+    parts = package.split(".")
+    for depth in range(len(parts), 0, -1):
+        prefix = ".".join(parts[:depth])
+        if prefix in mapped:
+            return Path(mapped[prefix], *parts[depth:])
+    return Path(*parts)
 
 
 def build_view(target: Path, pyproject: Path = ROOT / "pyproject.toml") -> Path:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from tests.helpers import shutdown_problems
 from triton_tts import paths
 from triton_tts.repository import ensure_default_voice
 from triton_tts.server import TritonServer, default_voice_server
@@ -27,8 +27,6 @@ log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parent.parent
 # Voices and builds live in the checkout, as under `make` (which sets the same).
 os.environ.setdefault("TRITON_TTS_HOME", str(ROOT))
-# The benchmark harnesses are scripts in benchmarks/; their smoke tests import them.
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
 @pytest.fixture(scope="session")
@@ -47,8 +45,13 @@ def server(voice_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     log_file = tmp_path_factory.mktemp("logs") / "tritonserver.log"
     with default_voice_server(repo, log_file) as running:
         yield running
-    # A crash at shutdown would hide here otherwise.
-    assert running.process is not None and running.process.returncode is not None
+    # Stopped as users stop it (SIGINT, drain, exit): a crash at shutdown fails the session
+    # here, by exit code or by its log (tests/test_lifecycle.py shows both are caught).
+    assert running.process is not None
+    problems = shutdown_problems(
+        running.process.returncode, log_file.read_text(encoding="utf-8", errors="replace")
+    )
+    assert not problems, f"tritonserver did not stop cleanly ({log_file}): {problems[:5]}"
 
 
 @pytest.fixture()
@@ -82,7 +85,7 @@ def unsplit_piper() -> ort.InferenceSession:
 
 def phoneme_ids(text: str, voice: Voice, phonemizer: EspeakPhonemizer) -> list[int]:
     """The ids the server's preprocess computes for ``text`` (same code path)."""
-    return voice.phonemes_to_ids(phonemizer.phonemize([normalize_english(text)])[0])
+    return voice.phonemes_to_ids(phonemizer.symbols([normalize_english(text)], voice.tokens)[0])
 
 
 def silence_free(audio: npt.NDArray[np.float32]) -> float:

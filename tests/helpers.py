@@ -1,10 +1,14 @@
-"""Request helpers shared by the tests: one ensemble call over HTTP or gRPC."""
+"""Helpers shared by the tests: one ensemble call over HTTP or gRPC, waiting on a condition,
+hand-worked chunk counts, and how a crashed tritonserver shows."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -12,9 +16,10 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 DETERMINISTIC = {"NOISE_SCALE": 0.0, "NOISE_W": 0.0}
+T = TypeVar("T")
 
 
-def tts_inputs(lib: Any, text: str | bytes, **scalars: float | int | str) -> list[Any]:
+def tts_inputs(lib: Any, text: str | bytes, **scalars: float | int | str | bool) -> list[Any]:
     raw = text.encode("utf-8") if isinstance(text, str) else text
     tensor = lib.InferInput("TEXT", [1, 1], "BYTES")
     tensor.set_data_from_numpy(np.array([[raw]], dtype=np.object_))
@@ -26,6 +31,9 @@ def tts_inputs(lib: Any, text: str | bytes, **scalars: float | int | str) -> lis
         elif name == "SPEAKER_ID":
             t = lib.InferInput(name, [1, 1], "INT64")
             t.set_data_from_numpy(np.array([[value]], dtype=np.int64))
+        elif name == "NORMALIZE":
+            t = lib.InferInput(name, [1, 1], "BOOL")
+            t.set_data_from_numpy(np.array([[value]], dtype=np.bool_))
         else:
             t = lib.InferInput(name, [1, 1], "FP32")
             t.set_data_from_numpy(np.array([[value]], dtype=np.float32))
@@ -47,6 +55,68 @@ def model_counts(client: httpclient.InferenceServerClient, model: str) -> tuple[
     return int(stats["inference_count"]), int(stats["execution_count"])
 
 
+def wait_until(condition: Callable[[], T], timeout_s: float, what: str, poll_s: float = 0.05) -> T:
+    """Poll ``condition`` until it returns something truthy, and return that. Past
+    ``timeout_s`` the test fails naming ``what``: a deadline for a hang, not a claim
+    about speed."""
+    deadline = time.monotonic() + timeout_s
+    while not (result := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(poll_s)  # the polling interval, not a wait for something to happen
+    return result
+
+
+def metric_total(metrics_port: int, name: str, **labels: str) -> float:
+    """The sum of every series of ``name`` on Triton's metrics port that has ``labels``."""
+    with urllib.request.urlopen(f"http://localhost:{metrics_port}/metrics", timeout=30) as page:
+        text = page.read().decode("utf-8")
+    wanted = [f'{key}="{value}"' for key, value in labels.items()]
+    total = 0.0
+    for line in text.splitlines():
+        series, _, value = line.rpartition(" ")
+        if series.split("{")[0] == name and all(label in series for label in wanted):
+            total += float(value)
+    return total
+
+
+# PARAGRAPH's chunks, worked out by hand from the rules (docs/api.md, "Long text and
+# streaming": the first sentence alone, then as many whole sentences as fit in 400
+# characters), so that served chunk counts are checked against the rules and never
+# against split_text itself. Its six sentences have no abbreviations, decimals or quotes:
+# each ends at ". " (tests/test_chunking.py checks these lengths and counts).
+PARAGRAPH_SENTENCE_LENGTHS = (39, 134, 96, 113, 117, 100)
+PARAGRAPH_CHUNKS = 3  # 39 | 134 96 113 (345 with the spaces) | 117 100 (218)
+
+
+def paragraph_chunks(copies: int) -> int:
+    """Chunks of ``copies`` PARAGRAPHs joined by spaces. Sentence 1 is the first chunk;
+    from sentence 2 on they pack as [2 3 4] 345, [5 6 1 2] 393, [3 4 5] 328, [6 1 2 3]
+    372, [4 5 6 1] 372 characters: five chunks for every 18 sentences, then the same
+    again from sentence 2. A last, partial round has a chunk for each of these starts it
+    reaches."""
+    starts = (0, 3, 7, 10, 14)  # the round's chunks start at its 1st, 4th, 8th, 11th, 15th sentence
+    rounds, left = divmod(6 * copies - 1, 18)
+    return 1 + 5 * rounds + sum(start < left for start in starts)
+
+
+# How tritonserver shows a crash: a fatal signal's message and stack trace, a failed stop,
+# a Python-backend stub that saw its server die. SIGINT (2) and SIGTERM (15) are the
+# normal stop and are logged the same way.
+CRASH_SIGNS = re.compile(
+    r"^Signal \((?!2\)|15\))\d+\) received|^\s*\d+# .* in /|Segmentation fault|core dumped"
+    r"|terminate called|Fatal Python error|failed to stop server|Non-graceful termination",
+    re.MULTILINE,
+)
+
+
+def shutdown_problems(returncode: int | None, log: str) -> list[str]:
+    """What went wrong when tritonserver stopped: a non-zero exit code (negative: killed
+    by that signal), or the lines of its log that show a crash. [] for a clean stop."""
+    problems = [] if returncode == 0 else [f"tritonserver exit code {returncode}"]
+    return problems + [match.group(0).strip() for match in CRASH_SIGNS.finditer(log)]
+
+
 def dims_compatible(a: Sequence[int], b: Sequence[int]) -> bool:
     """Triton's rule for two shapes that must agree (ensemble steps, a request against a
     config): same rank, and each dim equal unless either side is -1 (any size)."""
@@ -65,12 +135,13 @@ def export_random_coqui_voice(
     Tacotron2 gets a short decoder guard and a nudged stop token so that it stops."""
     import torch
 
-    from triton_tts.export import coqui
-    from triton_tts.export.coqui_checkpoints import build_tts, build_vocoder
+    from triton_tts.export.coqui.export import export_coqui
+    from triton_tts.export.coqui.loading import load
+    from triton_tts.testing.coqui_checkpoints import build_tts, build_vocoder
 
     saved = build_tts(family, root / "tts", speakers=speakers)
     vocoder = build_vocoder(vocoder_family, root / "vocoder") if vocoder_family else None
-    loaded = coqui.load(
+    loaded = load(
         checkpoint=saved.checkpoint,
         config=saved.config,
         vocoder_checkpoint=vocoder.checkpoint if vocoder else None,
@@ -80,5 +151,5 @@ def export_random_coqui_voice(
         with torch.no_grad():
             loaded.tts.decoder.stopnet[1].linear_layer.bias.add_(TACOTRON_STOP_SHIFT)
         loaded.tts.decoder.max_decoder_steps = loaded.tts.config.max_decoder_steps = TACOTRON_STEPS
-    coqui.export_coqui(loaded, folder)
+    export_coqui(loaded, folder)
     return loaded

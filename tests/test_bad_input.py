@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import queue
+import time
+import uuid
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -11,6 +15,8 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.helpers import DETERMINISTIC, synthesize, tts_inputs
+from triton_tts.limits import TOO_LONG
+from triton_tts.server import TritonServer
 from triton_tts.validation import MAX_LONG_TEXT_CHARS
 
 # (text, extra inputs, words the error message must contain)
@@ -81,6 +87,10 @@ def test_text_with_nothing_pronounceable_is_rejected(http) -> None:
 
 UNPRONOUNCEABLE = ["." * 50, "... ,,, !!!", "?! -- ;;", "!!!"]
 GOOD = ["A good sentence to say.", "Another fine request here.", "Short one.", "The last good text."]
+# Keeps preprocess busy for tens of milliseconds (9,000 characters of number words to
+# phonemise), then is refused as over the voice's budget: the requests behind it queue up
+# and are batched.
+SLOW = "1234567 " * 120
 
 
 def test_unpronounceable_texts_batched_with_good_ones_fail_alone(http, grpc, server) -> None:
@@ -108,14 +118,21 @@ def test_unpronounceable_texts_batched_with_good_ones_fail_alone(http, grpc, ser
         except InferenceServerException as err:
             return err
 
-    # tts_chunk all at once; tts in waves its admission bound takes (4 instances + 8 queued)
-    chunked = [(t, http.async_infer("tts_chunk", tts_inputs(httpclient, t, **DETERMINISTIC))) for t in mixed]
+    # tts_chunk all at once, twice, each time behind SLOW (a backlog for preprocess to
+    # batch: it takes a short text in about a millisecond); tts in waves its admission
+    # bound takes (4 instances + 8 queued)
+    direct = [SLOW, *mixed, SLOW, *mixed]
+    burst = httpclient.InferenceServerClient(server.http_url, concurrency=len(direct), network_timeout=300)
+    chunked = [
+        (t, burst.async_infer("tts_chunk", tts_inputs(httpclient, t, **DETERMINISTIC))) for t in direct
+    ]
     answers: list[tuple[str, Any]] = []
     for wave in range(0, len(mixed), 6):
         texts = mixed[wave : wave + 6]
         handles = [http.async_infer("tts", tts_inputs(httpclient, t, **DETERMINISTIC)) for t in texts]
         answers += [(t, outcome(h)) for t, h in zip(texts, handles, strict=True)]
     answers += [(t, outcome(h)) for t, h in chunked]
+    burst.close()
 
     def stream(text: str) -> tuple[str, Any]:
         with TTSClient(server.grpc_url, protocol="grpc") as client:
@@ -129,7 +146,10 @@ def test_unpronounceable_texts_batched_with_good_ones_fail_alone(http, grpc, ser
     with ThreadPoolExecutor(4) as pool:  # within the server's stream bound
         streamed = list(pool.map(stream, mixed))
     for text, answer in answers:
-        if text in UNPRONOUNCEABLE:
+        if text == SLOW:
+            assert isinstance(answer, InferenceServerException) and answer.status() == "400"
+            assert TOO_LONG in answer.message()
+        elif text in UNPRONOUNCEABLE:
             assert isinstance(answer, InferenceServerException), text
             assert answer.status() == "400" and "nothing the voice can pronounce" in answer.message()
         else:
@@ -143,4 +163,87 @@ def test_unpronounceable_texts_batched_with_good_ones_fail_alone(http, grpc, ser
             np.testing.assert_allclose(result, solo[text], atol=2e-4)
     after = model_counts(http, "preprocess")
     requests, executions = after[0] - before[0], after[1] - before[1]
-    assert requests >= 3 * len(mixed) and executions < requests  # items shared executions
+    # every tts_chunk request reached preprocess; tts and tts_stream send only the good
+    # texts on (they refuse the others themselves, by type: NothingToSay)
+    assert requests == len(direct) + 2 * sum(text in GOOD for text in mixed)
+    assert executions < requests, (requests, executions)  # items shared executions
+
+
+def batch_sizes(http: httpclient.InferenceServerClient, model: str) -> dict[int, int]:
+    """Executions so far, by batch size (Triton's batch statistics)."""
+    stats = http.get_inference_statistics(model)["model_stats"][0]
+    return {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in stats.get("batch_stats", [])}
+
+
+def test_a_bad_and_a_good_item_share_one_execution(http, grpc) -> None:
+    """Proven by counting: behind SLOW, 4 good and 4 unpronounceable tts_chunk requests
+    queue for preprocess (one instance). An execution of 6 or more items holds more than
+    the 5 refused ones (4 + SLOW), so a good one, and more than the 4 good ones, so a bad
+    one. In that shared execution each still gets its own answer."""
+    texts = [SLOW, *[t for pair in zip(GOOD, UNPRONOUNCEABLE, strict=True) for t in pair]]
+    solo = {text: synthesize(http, text, **DETERMINISTIC)[0] for text in GOOD}
+    answers: queue.Queue[tuple[int, Any, Any]] = queue.Queue()  # each round takes out all it puts in
+    shared = 0
+    for _ in range(5):  # the batcher decides; a burst seldom leaves them all in small batches
+        before = batch_sizes(http, "preprocess")
+        for i, text in enumerate(texts):  # gRPC's async_infer returns at once: a burst
+            grpc.async_infer(
+                "tts_chunk",
+                tts_inputs(grpcclient, text, **DETERMINISTIC),
+                callback=lambda result, error, i=i: answers.put((i, result, error)),
+            )
+        for _ in texts:
+            i, result, error = answers.get(timeout=300)
+            if texts[i] in GOOD:
+                assert error is None, error
+                np.testing.assert_allclose(result.as_numpy("AUDIO").reshape(-1), solo[texts[i]], atol=2e-4)
+            else:
+                assert error is not None and error.status() == "StatusCode.INVALID_ARGUMENT", error
+        after = batch_sizes(http, "preprocess")
+        shared = sum(count - before.get(size, 0) for size, count in after.items() if size >= 6)
+        if shared:
+            break
+    assert shared, "no execution held both a good and a bad item"
+
+
+def _logged(server: TritonServer, needle: str, wait_s: float = 10.0) -> list[str]:
+    """The lines of the server's log that hold ``needle``, once there are any (or after ``wait_s``)."""
+    assert server.log_file is not None
+    deadline = time.monotonic() + wait_s
+    while True:
+        text = Path(server.log_file).read_text(encoding="utf-8", errors="replace")
+        lines = [line for line in text.splitlines() if needle in line]
+        if lines or time.monotonic() > deadline:
+            return lines
+        time.sleep(0.2)
+
+
+def test_every_refusal_is_logged_once_with_its_request_id(server: TritonServer, http, grpc) -> None:
+    """What a client was told, an operator finds in the server's log: one warning line per
+    refused request, naming the model, the request id the client gave and the message;
+    through tts (checked there), tts_stream (gRPC stream) and tts_chunk (preprocess)."""
+    run = uuid.uuid4().hex[:8]
+    cases: dict[str, tuple[str, dict[str, Any], str, str]] = {
+        f"tts-{run}": ("tts", {"SPEED": 9.0}, "Hello there.", "SPEED 9 is outside"),
+        f"chunk-{run}": ("tts_chunk", {}, "?! -- ;;", "nothing the voice can pronounce"),
+        f"stream-{run}": ("tts_stream", {"VOICE": "nobody"}, "Hello there.", "unknown VOICE 'nobody'"),
+    }
+    errors: queue.Queue[Any] = queue.Queue()
+    grpc.start_stream(callback=lambda result, error: errors.put(error))
+    for rid, (model, extra, text, _) in cases.items():
+        if model == "tts_stream":
+            grpc.async_stream_infer(model, tts_inputs(grpcclient, text, **extra), request_id=rid)
+            assert errors.get(timeout=60) is not None
+        else:
+            with pytest.raises(InferenceServerException):
+                http.infer(model, tts_inputs(httpclient, text, **extra), request_id=rid)
+    grpc.stop_stream()
+    for rid, (model, _, _, words) in cases.items():
+        lines = _logged(server, f"request {rid}")
+        assert len(lines) == 1, lines  # one line per failed request
+        refused = "preprocess" if model == "tts_chunk" else model
+        assert lines[0].startswith("W"), lines  # a warning: the client's to fix
+        assert f"{refused}: request {rid} refused (INVALID_ARG): " in lines[0] and words in lines[0], lines
+    good = f"good-{run}"
+    http.infer("tts", tts_inputs(httpclient, "A request that succeeds."), request_id=good)
+    assert _logged(server, good, wait_s=1.0) == []  # nothing logged for what went well

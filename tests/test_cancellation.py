@@ -16,13 +16,14 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.helpers import model_counts, synthesize, tts_inputs
-from tests.test_tts_metrics import delta, planned_chunks, scrape, settle
+from tests.helpers import model_counts, paragraph_chunks, synthesize, tts_inputs
+from tests.test_tts_metrics import delta, scrape, settle
 from triton_tts.metrics import REQUESTS
-from triton_tts.sample_texts import PARAGRAPH
 from triton_tts.server import TritonServer
+from triton_tts.testing.sample_texts import PARAGRAPH
 
 LONG_TEXT = " ".join([PARAGRAPH] * 12)  # ~7,000 characters: minutes of speech
+LONG_TEXT_CHUNKS = paragraph_chunks(12)  # 21, worked out by hand (tests/helpers.py)
 # Two 400-character chunks in flight on two cores take a few seconds: quiet for longer.
 QUIET_S = 6.0
 
@@ -56,7 +57,7 @@ def assert_stopped(
         after, _ = scrape(server)
     settled = settle(http, QUIET_S)
     window = chunks_in_flight(http)
-    planned = planned_chunks(LONG_TEXT)
+    planned = LONG_TEXT_CHUNKS
     assert settled - at_stop <= window + 1, (start, at_stop, settled, window)
     assert settled - start < planned // 2, (settled - start, planned)
     after, _ = scrape(server)
@@ -123,7 +124,7 @@ def test_triton_does_not_notice_an_http_client_that_goes_away(server: TritonServ
             impatient.infer("tts", tts_inputs(httpclient, text))
     finally:
         impatient.close()
-    assert settle(http, QUIET_S) - start == planned_chunks(text)
+    assert settle(http, QUIET_S) - start == paragraph_chunks(2)  # 5
 
 
 def test_a_streams_own_timeout_ends_it_with_an_error(server: TritonServer, http) -> None:
@@ -154,6 +155,6 @@ def test_a_streams_own_timeout_ends_it_with_an_error(server: TritonServer, http)
         client.close()
     assert len(errors) == 1 and "request timeout expired" in errors[0], errors
     settled = settle(http, QUIET_S)
-    assert chunks <= settled - start < planned_chunks(LONG_TEXT) // 2
+    assert chunks <= settled - start < LONG_TEXT_CHUNKS // 2
     after, _ = scrape(server)
     assert delta(before, after, REQUESTS.name, model="tts_stream", reason="cancelled") == 1

@@ -183,3 +183,86 @@ def test_coqui_export_without_network_says_so(tmp_path: Path) -> None:
     assert ours == done.stderr.strip().splitlines()[-1:]
     assert "cannot download Coqui model 'tts_models/en/ljspeech/vits'" in ours[0]
     assert "--checkpoint/--config" in ours[0]
+
+
+# Runs the CLI where a module cannot be imported, as in an install without its extra (a
+# serving-only `pip install triton-tts`): a finder ahead of all others refuses it.
+WITHOUT_MODULE = """
+import sys
+from importlib.abc import MetaPathFinder
+
+absent = sys.argv.pop(1)
+
+
+class Absent(MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == absent:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, Absent())
+from triton_tts.cli import main
+
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize(("absent", "named"), [("torch", "torch"), ("TTS", "TTS (coqui-tts)")])
+def test_export_without_the_export_extra_says_how_to_get_it(tmp_path: Path, absent: str, named: str) -> None:
+    done = subprocess.run(
+        [
+            sys.executable, "-c", WITHOUT_MODULE, absent,
+            "export", "coqui", "--model-name", "tts_models/en/ljspeech/vits", "--out", str(tmp_path / "v"),
+        ],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"triton-tts: {named} is not installed (the export extra): "), last
+    assert "pip install 'triton-tts[export]'" in last and "pip install -e '.[export]'" in last
+    assert not (tmp_path / "v").exists()
+
+
+def test_a_missing_module_no_extra_provides_keeps_its_traceback() -> None:
+    """numpy is a core dependency: missing, the install is broken, not short of an extra."""
+    from triton_tts.cli import _missing_extra
+
+    assert _missing_extra(ModuleNotFoundError("No module named 'numpy'", name="numpy")) is None
+    assert _missing_extra(ModuleNotFoundError("No module named 'triton_tts.x'", name="triton_tts.x")) is None
+    torch = _missing_extra(ModuleNotFoundError("No module named 'torch.nn'", name="torch.nn"))
+    assert torch is not None and torch.startswith("torch is not installed (the export extra)")
+
+
+# Flags that the README, the chart and benchmarks name: generated now, they must stay.
+KNOWN_BUILD_FLAGS = {
+    "--max-batch-size": "64", "--acoustic-instances": "3", "--vocoder-instances": "3",
+    "--acoustic-threads": "2", "--vocoder-threads": "auto", "--queue-delay-us": "500",
+    "--vocoder-items-per-run": "2", "--acoustic-items-per-run": "2", "--gpu-instances": "2",
+    "--gpu-queue-delay-us": "100", "--long-text-instances": "2", "--long-text-queue-size": "0",
+    "--long-text-queue-timeout-us": "0", "--max-streams": "3", "--chunk-queue-size": "0",
+}  # fmt: skip
+
+
+def test_build_flags_are_the_build_options_with_their_bounds(capsys: pytest.CaptureFixture[str]) -> None:
+    from triton_tts.cli import build_options, build_parser
+    from triton_tts.model_configs import BuildOptions
+
+    parser = build_parser()
+    assert build_options(parser.parse_args(["build-repo"])) == BuildOptions()
+    argv = [part for flag, value in KNOWN_BUILD_FLAGS.items() for part in (flag, value)]
+    built = build_options(parser.parse_args(["serve", *argv, "--cpu-preferred-batch-sizes"]))
+    for flag, value in KNOWN_BUILD_FLAGS.items():
+        got = getattr(built, flag[2:].replace("-", "_"))
+        assert str(got) == value, flag
+    assert built.cpu_preferred_batch_sizes == ()
+    for bad, why in [
+        (["--max-batch-size", "0"], "below the minimum"),
+        (["--max-batch-size", "257"], "above the maximum"),
+        (["--acoustic-threads", "lots"], "does not match"),
+        (["--gpu-preferred-batch-sizes", "8", "0"], "below the minimum"),
+    ]:
+        with pytest.raises(SystemExit) as stop:
+            parser.parse_args(["build-repo", *bad])
+        assert stop.value.code == 2 and why in capsys.readouterr().err

@@ -18,7 +18,14 @@ import pytest
 import torch
 from torch.nn import functional
 
-from triton_tts.export import coqui, coqui_checkpoints, coqui_forward
+from triton_tts.batching import FRAME_MULTIPLE
+from triton_tts.export.coqui import glow_tts
+from triton_tts.export.coqui.export import export_coqui
+from triton_tts.export.coqui.loading import Loaded, load
+from triton_tts.export.coqui.masks import pad_frames
+from triton_tts.export.coqui.mel_vocoder import MelConversion, MelVocoder, mel_vocoder
+from triton_tts.testing import coqui_checkpoints
+from triton_tts.testing.coqui_reference import coqui_ids, coqui_waveform
 from triton_tts.voice import ACOUSTIC_FILE, VOCODER_FILE, Voice
 
 TEXTS = (
@@ -40,7 +47,7 @@ Array = npt.NDArray[Any]
 @dataclass
 class Exported:
     vocoder_family: str
-    loaded: coqui.Loaded
+    loaded: Loaded
     voice: Voice
     acoustic: ort.InferenceSession
     vocoder: ort.InferenceSession
@@ -89,8 +96,8 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, coqui_che
     return built
 
 
-def _load(checkpoints: dict[str, coqui_checkpoints.Checkpoint], tts: str, vocoder: str) -> coqui.Loaded:
-    return coqui.load(
+def _load(checkpoints: dict[str, coqui_checkpoints.Checkpoint], tts: str, vocoder: str) -> Loaded:
+    return load(
         checkpoint=checkpoints[tts].checkpoint,
         config=checkpoints[tts].config,
         vocoder_checkpoint=checkpoints[vocoder].checkpoint,
@@ -107,7 +114,7 @@ def exported(
     tts, vocoder = CASES[request.param]
     loaded = _load(checkpoints, tts, vocoder)
     out = tmp_path_factory.mktemp(request.param)
-    voice = coqui.export_coqui(loaded, out)
+    voice = export_coqui(loaded, out)
     return Exported(
         vocoder.split("_")[0],
         loaded,
@@ -117,7 +124,7 @@ def exported(
     )
 
 
-def coqui_mel(loaded: coqui.Loaded, ids: list[int], length_scale: float = 1.0) -> Array:
+def coqui_mel(loaded: Loaded, ids: list[int], length_scale: float = 1.0) -> Array:
     """Coqui's own batch-1 mel [n_mels, frames] (noise off)."""
     tts = loaded.tts
     previous, tts.length_scale = tts.length_scale, length_scale
@@ -131,7 +138,7 @@ def coqui_mel(loaded: coqui.Loaded, ids: list[int], length_scale: float = 1.0) -
 
 
 def _ids(exported: Exported) -> list[list[int]]:
-    return [coqui.coqui_ids(exported.loaded, text) for text in TEXTS]
+    return [coqui_ids(exported.loaded, text) for text in TEXTS]
 
 
 @pytest.mark.parametrize("length_scale", [1.0, 1.3])
@@ -142,13 +149,13 @@ def test_matches_coqui(exported: Exported, length_scale: float) -> None:
     for ids in _ids(exported):
         latent, frames = exported.latent([ids], [0.0, length_scale, 0.0])
         mel = coqui_mel(exported.loaded, ids, length_scale)
-        assert latent.shape[-1] % coqui.FRAME_MULTIPLE == 0
+        assert latent.shape[-1] % FRAME_MULTIPLE == 0
         assert frames[0] == mel.shape[1] + 2 * edge
         padded = functional.pad(torch.from_numpy(mel)[None], (edge, edge), "replicate")[0].numpy()
         np.testing.assert_allclose(latent[0, :, : frames[0]], padded, rtol=0, atol=MEL_TOL)
         assert not latent[0, :, frames[0] :].any(), "LATENT must be exact zeros past FRAME_COUNT"
         (waveform,) = exported.waveforms([ids], [0.0, length_scale, 0.0])
-        reference = coqui.coqui_waveform(exported.loaded, ids, length_scale=length_scale)
+        reference = coqui_waveform(exported.loaded, ids, length_scale=length_scale)
         assert waveform.shape == reference.shape == ((mel.shape[1] + 2 * edge) * exported.voice.hop_length,)
         np.testing.assert_allclose(waveform, reference, rtol=0, atol=WAVE_TOL)
 
@@ -178,8 +185,8 @@ def test_length_scale_stretches(exported: Exported) -> None:
 def test_glow_noise_is_per_item(checkpoints: dict[str, coqui_checkpoints.Checkpoint], tmp_path: Path) -> None:
     """Glow-TTS noise comes from each item's SCALES[:, 0]; an item without noise is unchanged."""
     loaded = _load(checkpoints, "glow_tts", "hifigan")
-    acoustic, _, _ = coqui_forward.BUILDERS["glow_tts"](loaded)
-    ids = torch.tensor([coqui.coqui_ids(loaded, TEXTS[0])] * 2)
+    acoustic, _, _ = glow_tts.stages(loaded)
+    ids = torch.tensor([coqui_ids(loaded, TEXTS[0])] * 2)
     lengths = torch.tensor([ids.shape[1]] * 2)
     speakers = torch.zeros(2, dtype=torch.long)
     with torch.no_grad():
@@ -196,17 +203,17 @@ def test_renormalisation_is_exercised(checkpoints: dict[str, coqui_checkpoints.C
     """With the renorm vocoder the conversion is a real one, and skipping it would be far
     outside the parity tolerance (the parity test above then checks it)."""
     loaded = _load(checkpoints, "fast_pitch", "hifigan_renorm")
-    vocoder, edge = coqui_forward.mel_vocoder(loaded)
-    assert isinstance(vocoder, coqui_forward.MelVocoder)
+    vocoder, edge = mel_vocoder(loaded)
+    assert isinstance(vocoder, MelVocoder)
     assert vocoder.conversion.mode == "convert"
-    ids = coqui.coqui_ids(loaded, TEXTS[0])
+    ids = coqui_ids(loaded, TEXTS[0])
     mel = torch.from_numpy(coqui_mel(loaded, ids))[None]
-    latent = coqui.pad_frames(functional.pad(mel, (edge, edge), "replicate"))
+    latent = pad_frames(functional.pad(mel, (edge, edge), "replicate"))
     samples = (mel.shape[-1] + 2 * edge) * int(loaded.tts.ap.hop_length)
     with torch.no_grad():
         converted = vocoder(latent)[0, :samples]
         raw = vocoder.safe.run(latent, lambda: vocoder.generator(latent))[0, 0, :samples]
-    reference = torch.from_numpy(coqui.coqui_waveform(loaded, ids))
+    reference = torch.from_numpy(coqui_waveform(loaded, ids))
     assert (converted - reference).abs().max() < WAVE_TOL
     assert (raw - reference).abs().max() > 20 * WAVE_TOL
 
@@ -243,7 +250,7 @@ def test_mel_conversion_matches_audio_processor(
 ) -> None:
     """MelConversion == Synthesizer's ``vocoder_ap.normalize(tts_ap.denormalize(mel))``."""
     source_ap, target_ap = _audio_processor(**source), _audio_processor(**target)
-    conversion = coqui_forward.MelConversion(source_ap, target_ap)
+    conversion = MelConversion(source_ap, target_ap)
     assert conversion.mode == mode
     scale = 60.0 if not source_ap.signal_norm or hasattr(source_ap, "mel_scaler") else 5.0
     mel = (np.random.default_rng(0).standard_normal((80, 50)) * scale).astype(np.float32)

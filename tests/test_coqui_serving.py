@@ -19,8 +19,9 @@ from tritonclient.utils import InferenceServerException
 from tests.helpers import DETERMINISTIC, export_random_coqui_voice, synthesize, tts_inputs
 from triton_tts.cli import main as cli_main
 from triton_tts.client import TTSClient
-from triton_tts.export import coqui
+from triton_tts.export.coqui.loading import Loaded
 from triton_tts.server import TritonServer, default_voice_server
+from triton_tts.testing.coqui_reference import coqui_ids, coqui_waveform
 
 TEXT = "Hello world, this is a test."
 PARITY_ATOL = 1e-4  # through the server: onnxruntime in Triton vs Coqui's PyTorch
@@ -30,7 +31,7 @@ PARITY_ATOL = 1e-4  # through the server: onnxruntime in Triton vs Coqui's PyTor
 class CoquiVoice:
     name: str
     folder: Path
-    loaded: coqui.Loaded
+    loaded: Loaded
 
 
 # name, family, vocoder, speakers
@@ -86,7 +87,7 @@ def test_coqui_voice_through_the_server_equals_coqui(
 ) -> None:
     voice = coqui_voices[0]
     audio, rate = synthesize(client, TEXT, VOICE=voice.name, SPEAKER_ID=speaker, **DETERMINISTIC)
-    reference = coqui.coqui_waveform(voice.loaded, coqui.coqui_ids(voice.loaded, TEXT), speaker_id=speaker)
+    reference = coqui_waveform(voice.loaded, coqui_ids(voice.loaded, TEXT), speaker_id=speaker)
     assert rate == voice.loaded.tts.ap.sample_rate
     assert audio.shape == reference.shape
     np.testing.assert_allclose(audio, np.clip(reference, -1, 1), atol=PARITY_ATOL)
@@ -99,7 +100,7 @@ def test_each_family_served_equals_coqui(
     """Each voice's own ensemble (``tts_chunk__<name>``) and ``tts`` with VOICE: the audio
     is Coqui's own inference on the same ids (what the server's tokeniser made of TEXT)."""
     voice = coqui_voices[index]
-    reference = np.clip(coqui.coqui_waveform(voice.loaded, coqui.coqui_ids(voice.loaded, TEXT)), -1, 1)
+    reference = np.clip(coqui_waveform(voice.loaded, coqui_ids(voice.loaded, TEXT)), -1, 1)
     assert np.abs(reference).max() > 1e-3  # real audio
     client = grpcclient.InferenceServerClient(multi_server.grpc_url)
     try:

@@ -30,11 +30,13 @@ import pytest
 import torch
 
 from triton_tts.batching import FRAME_MULTIPLE
-from triton_tts.export import coqui, coqui_forward
-from triton_tts.export.coqui_checkpoints import _perturb, _tacotron2, build_tts, build_vocoder
-from triton_tts.export.coqui_tacotron2 import check_supported, export_stages
+from triton_tts.export.coqui.export import export_coqui
+from triton_tts.export.coqui.loading import Loaded, load
+from triton_tts.export.coqui.tacotron2 import check_supported, export_stages
 from triton_tts.stages import RunFailed, StageSettings
 from triton_tts.tacotron import ONNX_FILES, PAD_PARAMETER, Tacotron2Runner
+from triton_tts.testing.coqui_checkpoints import _perturb, _tacotron2, build_tts, build_vocoder
+from triton_tts.testing.coqui_reference import coqui_ids, coqui_waveform
 from triton_tts.voice import VOCODER_FILE, Voice
 
 STOP_SHIFT = -0.3
@@ -52,11 +54,11 @@ FloatArray = npt.NDArray[np.float32]
 
 @dataclass
 class Exported:
-    loaded: coqui.Loaded
+    loaded: Loaded
     folder: Path
 
     def ids(self, text: str) -> npt.NDArray[np.int64]:
-        return np.array(coqui.coqui_ids(self.loaded, text), dtype=np.int64)
+        return np.array(coqui_ids(self.loaded, text), dtype=np.int64)
 
     def runner(self, max_steps: int = MAX_STEPS, edge_frames: int = 0) -> Tacotron2Runner:
         return Tacotron2Runner(self.folder, 2, max_steps, edge_frames)
@@ -67,7 +69,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Exported:
     root = tmp_path_factory.mktemp("tacotron2")
     tts = build_tts("tacotron2", root / "tts", size="tiny")
     vocoder = build_vocoder("hifigan", root / "vocoder")
-    loaded = coqui.load(
+    loaded = load(
         checkpoint=tts.checkpoint,
         config=tts.config,
         vocoder_checkpoint=vocoder.checkpoint,
@@ -205,10 +207,8 @@ def test_unsupported_options_are_refused(exported: Exported, option: tuple[str, 
 
 
 def test_waveform_matches_coqui(exported: Exported, tmp_path: Path) -> None:
-    if not hasattr(coqui_forward, "mel_vocoder"):
-        pytest.skip("coqui_forward.mel_vocoder is not there yet")
     loaded = exported.loaded
-    voice = coqui.export_coqui(loaded, tmp_path, "t2")  # the CLI's path: all four files + voice.json
+    voice = export_coqui(loaded, tmp_path, "t2")  # the CLI's path: all four files + voice.json
     assert Voice.load(tmp_path) == voice
     assert all((tmp_path / name).is_file() for name in ONNX_FILES)
     assert (voice.acoustic_kind, voice.max_decoder_steps) == ("tacotron2", MAX_STEPS)
@@ -217,7 +217,7 @@ def test_waveform_matches_coqui(exported: Exported, tmp_path: Path) -> None:
     mel = mel_of(exported.runner(edge_frames=voice.mel_edge_frames).run([ids], [np.zeros(3, np.float32)])[0])
     session = ort.InferenceSession(str(tmp_path / VOCODER_FILE), providers=["CPUExecutionProvider"])
     waveform = session.run(["WAVEFORM"], {"LATENT": mel[None]})[0][0]
-    reference = coqui.coqui_waveform(loaded, ids.tolist())
+    reference = coqui_waveform(loaded, ids.tolist())
     assert waveform.shape == reference.shape
     assert float(np.abs(waveform - reference).max()) < 1e-6  # measured 6e-9 (peak 2e-2)
 
@@ -227,7 +227,7 @@ def test_padded_latents_give_the_same_audio(exported: Exported, tmp_path: Path) 
     so the native vocoder can batch it with others of the same width; FRAME_COUNT stays the
     true count, and the padding-masked vocoder's audio, trimmed to it as postprocess does,
     is the unpadded mel's audio."""
-    voice = coqui.export_coqui(exported.loaded, tmp_path, "t2")
+    voice = export_coqui(exported.loaded, tmp_path, "t2")
     onnx_path = tmp_path / "model.onnx"  # what StageSettings names; its folder holds the voice
     padding = Tacotron2Runner.from_settings(
         StageSettings(onnx_path, 2, {PAD_PARAMETER: str(FRAME_MULTIPLE)}), voice

@@ -1,7 +1,7 @@
 """Coqui VITS -> voice folder, checked against Coqui's own PyTorch inference.
 
 The models are random-weight Coqui checkpoints built from Coqui's config classes
-(export_scripts/coqui_checkpoints.py), loaded back through Coqui's ``Synthesizer`` like a
+(triton_tts/testing/coqui_checkpoints.py), loaded back through Coqui's ``Synthesizer`` like a
 downloaded model. Weights are perturbed, so the flows are not the identity map they are
 at Coqui's initialisation.
 """
@@ -16,8 +16,10 @@ import numpy.typing as npt
 import onnxruntime as ort
 import pytest
 
-from triton_tts.export import coqui
-from triton_tts.export.coqui_checkpoints import build_tts
+from triton_tts.export.coqui.export import export_coqui
+from triton_tts.export.coqui.loading import Loaded, load
+from triton_tts.testing.coqui_checkpoints import build_tts
+from triton_tts.testing.coqui_reference import coqui_ids, coqui_waveform
 from triton_tts.text.normalize import normalize_english
 from triton_tts.text.phonemize import EspeakPhonemizer
 from triton_tts.voice import Voice
@@ -70,24 +72,24 @@ def synthesize(
 
 
 @pytest.fixture(scope="module")
-def vits(tmp_path_factory: pytest.TempPathFactory) -> tuple[coqui.Loaded, Path]:
+def vits(tmp_path_factory: pytest.TempPathFactory) -> tuple[Loaded, Path]:
     saved = build_tts("vits", tmp_path_factory.mktemp("vits-checkpoint"))
-    loaded = coqui.load(checkpoint=saved.checkpoint, config=saved.config)
+    loaded = load(checkpoint=saved.checkpoint, config=saved.config)
     out = tmp_path_factory.mktemp("voices") / "coqui-vits"
-    coqui.export_coqui(loaded, out)
+    export_coqui(loaded, out)
     return loaded, out
 
 
 @pytest.fixture(scope="module")
-def vits_speakers(tmp_path_factory: pytest.TempPathFactory) -> tuple[coqui.Loaded, Path]:
+def vits_speakers(tmp_path_factory: pytest.TempPathFactory) -> tuple[Loaded, Path]:
     saved = build_tts("vits", tmp_path_factory.mktemp("vctk-checkpoint"), speakers=3)
-    loaded = coqui.load(checkpoint=saved.checkpoint, config=saved.config)
+    loaded = load(checkpoint=saved.checkpoint, config=saved.config)
     out = tmp_path_factory.mktemp("voices") / "coqui-vctk"
-    coqui.export_coqui(loaded, out)
+    export_coqui(loaded, out)
     return loaded, out
 
 
-def test_voice_folder_describes_the_coqui_model(vits: tuple[coqui.Loaded, Path]) -> None:
+def test_voice_folder_describes_the_coqui_model(vits: tuple[Loaded, Path]) -> None:
     loaded, folder = vits
     voice = Voice.load(folder)
     characters = loaded.tts.tokenizer.characters
@@ -99,7 +101,7 @@ def test_voice_folder_describes_the_coqui_model(vits: tuple[coqui.Loaded, Path])
     assert voice.source.startswith("coqui:")
 
 
-def test_tokens_equal_coquis_tokenizer(vits: tuple[coqui.Loaded, Path]) -> None:
+def test_tokens_equal_coquis_tokenizer(vits: tuple[Loaded, Path]) -> None:
     """The server's path (normaliser, espeak-ng, the voice's framing) gives Coqui's ids.
     Texts without numbers or abbreviations: there the normalisers agree by design."""
     loaded, folder = vits
@@ -107,23 +109,23 @@ def test_tokens_equal_coquis_tokenizer(vits: tuple[coqui.Loaded, Path]) -> None:
     phonemizer = EspeakPhonemizer(voice.phonemizer_language)
     texts = [*TEXTS, "Where are you going? I'm going home!"]
     ours = [voice.phonemes_to_ids(p) for p in phonemizer.symbols([normalize_english(t) for t in texts])]
-    assert ours == [coqui.coqui_ids(loaded, t) for t in texts]
+    assert ours == [coqui_ids(loaded, t) for t in texts]
 
 
-def test_equals_coqui_inference_at_batch_one(vits: tuple[coqui.Loaded, Path]) -> None:
+def test_equals_coqui_inference_at_batch_one(vits: tuple[Loaded, Path]) -> None:
     loaded, folder = vits
     for text in TEXTS:
-        ids = coqui.coqui_ids(loaded, text)
-        reference = coqui.coqui_waveform(loaded, ids)
+        ids = coqui_ids(loaded, text)
+        reference = coqui_waveform(loaded, ids)
         (ours,) = synthesize(folder, [ids])
         assert ours.shape == reference.shape
         assert np.abs(reference).max() > 0.01  # real audio, not silence
         np.testing.assert_allclose(ours, reference, atol=PARITY_ATOL)
 
 
-def test_padded_batch_equals_batch_one(vits: tuple[coqui.Loaded, Path]) -> None:
+def test_padded_batch_equals_batch_one(vits: tuple[Loaded, Path]) -> None:
     loaded, folder = vits
-    ids = [coqui.coqui_ids(loaded, t) for t in TEXTS]
+    ids = [coqui_ids(loaded, t) for t in TEXTS]
     batched = synthesize(folder, ids)
     for item, audio in zip(ids, batched, strict=True):
         (alone,) = synthesize(folder, [item])
@@ -131,7 +133,7 @@ def test_padded_batch_equals_batch_one(vits: tuple[coqui.Loaded, Path]) -> None:
         np.testing.assert_allclose(audio, alone, atol=BATCH_ATOL)
 
 
-def test_one_item_runs_use_the_mask_free_copy(vits: tuple[coqui.Loaded, Path]) -> None:
+def test_one_item_runs_use_the_mask_free_copy(vits: tuple[Loaded, Path]) -> None:
     """The export also writes the vocoder without its padding masks; the CPU runner uses
     it for runs of one item (nothing to mask) and the masked graph for padded runs."""
     import onnx
@@ -148,7 +150,7 @@ def test_one_item_runs_use_the_mask_free_copy(vits: tuple[coqui.Loaded, Path]) -
     acoustic, _ = _sessions(folder)
     latents = []
     for text in TEXTS[:2]:
-        ids = np.array([coqui.coqui_ids(loaded, text)], np.int64)
+        ids = np.array([coqui_ids(loaded, text)], np.int64)
         feeds = {
             "PHONEME_IDS": ids,
             "PHONEME_LENGTH": np.array([ids.shape[1]]),
@@ -167,40 +169,40 @@ def test_one_item_runs_use_the_mask_free_copy(vits: tuple[coqui.Loaded, Path]) -
         np.testing.assert_allclose(in_batch, reference, atol=BATCH_ATOL)
 
 
-def test_length_scale_per_item_matches_coqui(vits: tuple[coqui.Loaded, Path]) -> None:
+def test_length_scale_per_item_matches_coqui(vits: tuple[Loaded, Path]) -> None:
     loaded, folder = vits
-    ids = coqui.coqui_ids(loaded, TEXTS[0])
+    ids = coqui_ids(loaded, TEXTS[0])
     (normal,) = synthesize(folder, [ids])
     (slow,) = synthesize(folder, [ids], scales=(0.0, 1.5, 0.0))
     assert 1.35 < len(slow) / len(normal) < 1.65
-    np.testing.assert_allclose(slow, coqui.coqui_waveform(loaded, ids, length_scale=1.5), atol=PARITY_ATOL)
+    np.testing.assert_allclose(slow, coqui_waveform(loaded, ids, length_scale=1.5), atol=PARITY_ATOL)
 
 
-def test_noise_is_per_request_and_off_is_deterministic(vits: tuple[coqui.Loaded, Path]) -> None:
+def test_noise_is_per_request_and_off_is_deterministic(vits: tuple[Loaded, Path]) -> None:
     loaded, folder = vits
-    ids = coqui.coqui_ids(loaded, TEXTS[0])
+    ids = coqui_ids(loaded, TEXTS[0])
     first, second = synthesize(folder, [ids, ids], scales=(0.667, 1.0, 0.8))
     assert first.shape != second.shape or not np.allclose(first, second)  # sampled per item
     quiet_a, quiet_b = synthesize(folder, [ids, ids])
     np.testing.assert_array_equal(quiet_a, quiet_b)
 
 
-def test_multi_speaker_vits(vits_speakers: tuple[coqui.Loaded, Path]) -> None:
+def test_multi_speaker_vits(vits_speakers: tuple[Loaded, Path]) -> None:
     """Per-item speaker ids, in the acoustic model and the speaker-conditioned decoder."""
     loaded, folder = vits_speakers
     voice = Voice.load(folder)
     assert voice.num_speakers == 3 and voice.vocoder_uses_speaker
-    ids = coqui.coqui_ids(loaded, TEXTS[0])
+    ids = coqui_ids(loaded, TEXTS[0])
     batched = synthesize(folder, [ids, ids, ids], speakers=[0, 1, 2])
     for speaker, audio in enumerate(batched):
-        reference = coqui.coqui_waveform(loaded, ids, speaker_id=speaker)
+        reference = coqui_waveform(loaded, ids, speaker_id=speaker)
         assert audio.shape == reference.shape
         np.testing.assert_allclose(audio, reference, atol=PARITY_ATOL)
     assert batched[0].shape != batched[1].shape or not np.allclose(batched[0], batched[1], atol=1e-3)
 
 
 @pytest.mark.parametrize("precision", ["fp16", "int8"])
-def test_precisions(vits_speakers: tuple[coqui.Loaded, Path], precision: str, tmp_path: Path) -> None:
+def test_precisions(vits_speakers: tuple[Loaded, Path], precision: str, tmp_path: Path) -> None:
     """FP16 (both stages, FP32 at the edges) and INT8 (vocoder only, gated on quality),
     on the multi-speaker model so the speaker input goes through quantisation too."""
     import json
@@ -209,7 +211,7 @@ def test_precisions(vits_speakers: tuple[coqui.Loaded, Path], precision: str, tm
 
     loaded, fp32_folder = vits_speakers
     folder = tmp_path / f"vctk-{precision}"
-    voice = coqui.export_coqui(loaded, folder, name="vctk", precision=precision)
+    voice = export_coqui(loaded, folder, name="vctk", precision=precision)
     assert voice.name == "vctk" and Voice.load(folder) == voice
     vocoder = onnx.load(str(folder / "vocoder.onnx"))
     weights = {init.data_type for init in vocoder.graph.initializer}
@@ -225,7 +227,7 @@ def test_precisions(vits_speakers: tuple[coqui.Loaded, Path], precision: str, tm
         report = json.loads((folder / "quality.json").read_text(encoding="utf-8"))
         assert report["passed"] and min(report["snr_db"]) > 5
         atol = 0.2
-    ids = coqui.coqui_ids(loaded, TEXTS[0])
+    ids = coqui_ids(loaded, TEXTS[0])
     (reference,) = synthesize(fp32_folder, [ids], speakers=[1])
     (ours,) = synthesize(folder, [ids], speakers=[1])
     assert ours.shape == reference.shape and ours.dtype == np.float32

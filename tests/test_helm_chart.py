@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from dataclasses import Field
 from pathlib import Path
 from typing import Any
 
@@ -222,23 +223,85 @@ def test_build_options_reach_the_export(helm: Path) -> None:
     assert "--triton-arg=--log-format=ISO8601" in triton_container(docs)["args"]
 
 
-def test_the_charts_build_command_is_the_clis_and_its_defaults_are_the_products(helm: Path) -> None:
-    """The init container's build-repo line parses with the real CLI, and with the chart's
-    default values it builds exactly the default BuildOptions (one owner: model_configs)."""
+def chart_key(option: str) -> str:
+    """A build option's chart value: max_batch_size -> build.maxBatchSize."""
+    first, *rest = option.split("_")
+    return first + "".join(word.capitalize() for word in rest)
+
+
+def build_line(docs: list[dict[str, Any]]) -> list[str]:
+    """The init container's `triton-tts build-repo` command line, after "triton-tts"."""
     import shlex
 
+    script = by_kind(docs, "Deployment")["spec"]["template"]["spec"]["initContainers"][0]["args"][0]
+    line = next(part for part in script.replace("\\\n", " ").splitlines() if "build-repo" in part)
+    return shlex.split(line)[1:]
+
+
+def schema_of(option: Field[Any]) -> dict[str, Any]:
+    """The values.schema.json entry a build option's declaration calls for."""
+    meta = option.metadata
+    if meta["pattern"]:  # a count as a string or a number, or a word the pattern allows
+        return {"type": ["string", "integer"], "pattern": meta["pattern"], "minimum": 1}
+    bounds = {"minimum": meta["minimum"], "maximum": meta["maximum"]}
+    integer = {"type": "integer", **{k: v for k, v in bounds.items() if v is not None}}
+    return {"type": "array", "items": integer} if isinstance(option.default, tuple) else integer
+
+
+def test_chart_build_values_are_the_build_options() -> None:
+    """values.yaml's build.* and the schema's are BuildOptions' options, each at its default
+    and with its bounds (one owner: triton_tts/model_configs.py); nothing more, nothing less."""
+    from triton_tts.model_configs import build_option_fields
+
+    options = {chart_key(option.name): option for option in build_option_fields()}
+    values = yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8"))["build"]
+    schema = json.loads((CHART / "values.schema.json").read_text(encoding="utf-8"))["properties"]["build"]
+    assert not set(values) - set(options), (
+        f"chart build values with no BuildOptions option: {set(values) - set(options)}"
+    )
+    assert not set(options) - set(values), (
+        f"BuildOptions options missing from values.yaml: {set(options) - set(values)}"
+    )
+    assert set(schema["properties"]) == set(options) and schema["additionalProperties"] is False
+    for key, option in options.items():
+        default = list(option.default) if isinstance(option.default, tuple) else option.default
+        assert values[key] == default, f"values.yaml build.{key}={values[key]!r}, BuildOptions: {default!r}"
+        assert schema["properties"][key] == schema_of(option), f"values.schema.json build.{key}"
+
+
+def test_the_charts_build_command_is_the_clis_and_its_defaults_are_the_products(helm: Path) -> None:
+    """The init container's build-repo line parses with the real CLI, and with the chart's
+    default values it builds exactly the default BuildOptions."""
     from triton_tts.cli import build_options, build_parser
     from triton_tts.model_configs import BuildOptions
 
-    script = by_kind(render(helm), "Deployment")["spec"]["template"]["spec"]["initContainers"][0]["args"][0]
-    line = next(part for part in script.replace("\\\n", " ").splitlines() if "build-repo" in part)
-    argv = shlex.split(line)[1:]  # after "triton-tts"
-    built = build_options(build_parser().parse_args(argv))
-    chart_differs = {"acoustic_instances", "vocoder_instances"}  # GPU default: one CPU instance each
-    for field in BuildOptions.__dataclass_fields__:
-        if field in chart_differs or field == "voices":
-            continue
-        assert getattr(built, field) == getattr(BuildOptions(), field), field
+    assert build_options(build_parser().parse_args(build_line(render(helm)))) == BuildOptions()
+
+
+def test_every_chart_build_value_reaches_the_build(helm: Path, tmp_path: Path) -> None:
+    """Each value set away from its default arrives as that value (flag names, lists, big
+    numbers: Helm reads numbers as floats, and 3e+07 would not parse)."""
+    from triton_tts.cli import build_options, build_parser
+    from triton_tts.model_configs import build_option_fields
+
+    changed: dict[str, Any] = {}
+    for option in build_option_fields():
+        default: Any = option.default
+        if isinstance(default, tuple):
+            changed[option.name] = (3, 5)
+        elif option.metadata["pattern"]:
+            changed[option.name] = "3"
+        else:
+            changed[option.name] = default - 1 if option.metadata["maximum"] else default + 1
+    values = tmp_path / "values.yaml"
+    values.write_text(
+        yaml.safe_dump(
+            {"build": {chart_key(k): list(v) if isinstance(v, tuple) else v for k, v in changed.items()}}
+        ),
+        encoding="utf-8",
+    )
+    built = build_options(build_parser().parse_args(build_line(render(helm, "-f", str(values)))))
+    assert {name: getattr(built, name) for name in changed} == changed
 
 
 @pytest.mark.parametrize(
@@ -250,6 +313,8 @@ def test_the_charts_build_command_is_the_clis_and_its_defaults_are_the_products(
         ("modelRepository.source=ftp", "value must be one of"),
         ("gpu.count=0", "minimum"),
         ("build.vocoderThreads=lots", "does not match pattern"),
+        ("build.maxBatchSze=8", "additional properties 'maxBatchSze' not allowed"),
+        ("build.maxBatchSize=512", "maximum"),
         ("autoscaling.targetCPUUtilizationPercentage=150", "maximum"),
         ("strategy.type=BlueGreen", "value must be one of 'RollingUpdate', 'Recreate'"),
         ("strategy.rollingUpdate.maxSurge=lots", "does not match pattern '^[0-9]+%$'"),

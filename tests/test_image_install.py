@@ -175,7 +175,12 @@ def test_plain_pip_install_of_the_source_tree(image_install: Path, tmp_path: Pat
     run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--find-links", WHEELHOUSE,
          "--target", target, source])  # fmt: skip
     package = target / "triton_tts"
-    for relative in ("client/tts_client.py", "export/piper.py", "model_repository/vocoder/1/model.py"):
+    for relative in (
+        "client/tts_client.py",
+        "export/piper.py",
+        "export/coqui/registry.py",  # a subpackage of a mapped folder
+        "model_repository/vocoder/1/model.py",
+    ):
         assert (package / relative).is_file() and not (package / relative).is_symlink(), relative
     probe = (
         "import triton_tts.client, triton_tts.export.piper\n"

@@ -1,77 +1,295 @@
-"""`triton-tts serve` as users run it: ready after warm-up, metrics, clean stop on signals."""
+"""`triton-tts serve` as users run it: ready only after warm-up, requests in flight at
+SIGTERM/SIGINT finish before it exits 0, a crash at shutdown is caught; metrics."""
 
 from __future__ import annotations
 
+import queue
+import re
 import signal
 import subprocess
 import sys
-import time
+import threading
+import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from tests.helpers import tts_inputs
-from triton_tts.server import TritonServer, free_port
+from tests.helpers import (
+    DETERMINISTIC,
+    model_counts,
+    paragraph_chunks,
+    shutdown_problems,
+    synthesize,
+    tts_inputs,
+    wait_until,
+)
+from triton_tts.model_configs import parse
+from triton_tts.server import READY_TIMEOUT_S, TritonServer, free_port
+from triton_tts.testing.sample_texts import PARAGRAPH
+
+JOIN_ATOL = 2e-4  # the same text through tts and tts_stream, batched differently: rounding
+STOP_TIMEOUT_S = 300  # a deadline for a hang; serve's own drain bound is Triton's --exit-timeout-secs
+SERVER_STOPPING = "Server is stopping"
+# Known gap, left for the product to close: Triton 2.51 stops every model's scheduler at the
+# signal and only then waits for requests in flight, so the chunks a tts or tts_stream
+# request sends after it are refused (the request ends with this error, never hangs).
+# Draining multi-chunk work needs serve to hold the signal until tts and tts_stream have
+# nothing in progress. Until then the test ends as xfail, and passes once that is done.
+DRAIN_GAP = "multi-chunk requests in flight at a stop signal fail: their later chunks are refused"
+WARMUP_LINE = re.compile(rb"model '([^']+)' instance (\S+) is running warmup sample")
 
 
-def wait_for_ready_message(process: subprocess.Popen[str]) -> str:
-    """Read serve's output until it says it is ready (it says so only after warm-up)."""
-    assert process.stdout is not None
-    seen = []
-    for line in process.stdout:
-        seen.append(line)
-        if "triton-tts is ready (warm-up done)" in line:
-            return "".join(seen)
-    raise AssertionError("serve exited before it was ready:\n" + "".join(seen))
+@dataclass
+class Serve:
+    """`triton-tts serve` in a child process, Triton's log in its own file."""
+
+    process: subprocess.Popen[str]
+    out: IO[str]
+    repo: Path
+    log: Path
+    http_port: int
+    grpc_port: int
+    health_port: int
+
+    @classmethod
+    def start(cls, voice_dir: Path, tmp_path: Path, *extra: str) -> Serve:
+        ports = [free_port() for _ in range(4)]
+        repo, log = tmp_path / "repo", tmp_path / "tritonserver.log"
+        out = (tmp_path / "serve.out").open("w", encoding="utf-8")
+        process = subprocess.Popen(
+            [
+                sys.executable, "-m", "triton_tts.cli", "serve", "--voice", str(voice_dir),
+                "--model-repository", str(repo), "--http-port", str(ports[0]), "--grpc-port", str(ports[1]),
+                "--metrics-port", str(ports[2]), "--health-port", str(ports[3]),
+                f"--triton-arg=--log-file={log}", *extra,
+            ],
+            stdout=out, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        return cls(process, out, repo, log, ports[0], ports[1], ports[3])
+
+    def status(self, url: str) -> int | None:
+        """The HTTP status of GET ``url``; None while nothing answers. Fails the test at once
+        if serve has exited."""
+        assert self.process.poll() is None, f"serve exited early:\n{self.output()}"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as err:
+            return err.code
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            return None
+
+    def wait_ready(self) -> None:
+        ready = f"http://localhost:{self.http_port}/v2/health/ready"
+        wait_until(lambda: self.status(ready) == 200, READY_TIMEOUT_S, "serve to be ready")
+
+    def stop(self, stop_signal: signal.Signals = signal.SIGINT) -> int:
+        self.process.send_signal(stop_signal)
+        return self.process.wait(STOP_TIMEOUT_S)
+
+    def output(self) -> str:
+        return Path(self.out.name).read_text(encoding="utf-8")
+
+    def triton_log(self) -> str:
+        """Triton's log (--log-file); its stderr (signals, stack traces) is in output()."""
+        return self.log.read_text(encoding="utf-8", errors="replace")
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.out.close()
+
+
+def test_ready_only_after_every_model_has_warmed_up(voice_dir: Path, tmp_path: Path) -> None:
+    """Readiness is polled while serve starts; the moment it first says 200, the log's length
+    is noted. Every instance of every model configured with warm-up samples logged its
+    warm-up (Triton's --log-verbose 1 line) before that point in the log."""
+    serve = Serve.start(voice_dir, tmp_path, "--log-verbose", "1")
+    try:
+        triton = f"http://localhost:{serve.http_port}/v2/health/ready"
+        health = f"http://localhost:{serve.health_port}/ready"
+        # the log's length when readiness first said 200 (never 0: Triton logs at start)
+        at_ready = wait_until(
+            lambda: serve.status(triton) == 200 and serve.log.stat().st_size,
+            READY_TIMEOUT_S, "Triton's readiness", poll_s=0.02,
+        )  # fmt: skip
+        at_health = wait_until(
+            lambda: serve.status(health) == 200 and serve.log.stat().st_size,
+            READY_TIMEOUT_S, "the watchdog's readiness", poll_s=0.02,
+        )  # fmt: skip
+        wait_until(
+            lambda: "triton-tts is ready (warm-up done)" in serve.output(), 60, "serve's ready message"
+        )
+        returncode = serve.stop()
+        log = serve.log.read_bytes()
+        output = serve.output()
+    finally:
+        serve.close()
+    configured = {}
+    for config_file in serve.repo.glob("*/config.pbtxt"):
+        config = parse(config_file.read_text(encoding="utf-8"))
+        if config.model_warmup:
+            configured[config.name] = sum(group.count or 1 for group in config.instance_group) or 1
+    assert {"preprocess", "acoustic", "vocoder"} <= set(configured), configured
+    warmed: dict[str, set[bytes]] = {}
+    last_warmup_end = 0
+    for line in WARMUP_LINE.finditer(log):
+        warmed.setdefault(line[1].decode(), set()).add(line[2])
+        last_warmup_end = max(last_warmup_end, line.end())
+    assert {model: len(instances) for model, instances in warmed.items()} == configured
+    assert last_warmup_end <= at_ready <= at_health, (last_warmup_end, at_ready, at_health)
+    assert returncode == 0 and not shutdown_problems(returncode, output + log.decode("utf-8", "replace"))
 
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_serve_finishes_in_flight_requests_then_exits(
+def test_requests_in_flight_at_a_stop_signal_complete(
     voice_dir: Path, tmp_path: Path, stop_signal: signal.Signals
 ) -> None:
-    http_port, grpc_port, metrics_port, health_port = free_port(), free_port(), free_port(), free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable, "-m", "triton_tts.cli", "serve",
-            "--voice", str(voice_dir), "--model-repository", str(tmp_path / "repo"),
-            "--http-port", str(http_port), "--grpc-port", str(grpc_port), "--metrics-port", str(metrics_port),
-            "--health-port", str(health_port),
-        ],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    client = httpclient.InferenceServerClient(f"localhost:{http_port}", concurrency=4, network_timeout=120)
+    """A tts request and a tts_stream stream of the same long text are both in flight when
+    the signal arrives: tts has finished some of its chunks and not answered, the stream
+    has delivered its first chunk and not its last. Both complete: every chunk, the stream
+    equal to the tts audio; serve exits 0, without a crash in Triton's log."""
+    text = " ".join([PARAGRAPH] * 3)
+    planned = paragraph_chunks(3)  # 6, worked out by hand (tests/helpers.py)
+    # Drained work is bounded by --exit-timeout-secs; give it room on a busy machine.
+    serve = Serve.start(voice_dir, tmp_path, f"--triton-arg=--exit-timeout-secs={STOP_TIMEOUT_S}")
+    client = grpcclient.InferenceServerClient(f"localhost:{serve.grpc_port}")
+    whole: list[tuple[Any, Any]] = []
+    answered, stream_ended = threading.Event(), threading.Event()
+    streamed: queue.Queue[tuple[Any, Any]] = queue.Queue()
+
+    def on_stream(result: Any, error: Any) -> None:
+        streamed.put((result, error))
+        if error is None and result.get_response().parameters["triton_final_response"].bool_param:
+            stream_ended.set()
+
     try:
-        startup = wait_for_ready_message(process)
-        assert client.is_server_ready() and client.is_model_ready("tts")
-        with urllib.request.urlopen(f"http://localhost:{health_port}/ready", timeout=10) as ready:
-            assert ready.status == 200  # the watchdog's readiness: every instance alive
-        pending = [
-            client.async_infer("tts", tts_inputs(httpclient, f"Request number {i} is still in flight."))
-            for i in range(4)
-        ]
-        time.sleep(0.2)  # let them reach the server
-        process.send_signal(stop_signal)
-        for handle in pending:
-            audio = handle.get_result().as_numpy("AUDIO")
-            assert audio.size > 0 and np.isfinite(audio).all()
-        # Triton also waits (up to --exit-timeout-secs) for open keep-alive connections.
+        serve.wait_ready()
+        stats = httpclient.InferenceServerClient(f"localhost:{serve.http_port}")
+        made_before = model_counts(stats, "tts_chunk")[0]
+        client.async_infer(
+            "tts",
+            tts_inputs(grpcclient, text, **DETERMINISTIC),
+            callback=lambda result, error: (whole.append((result, error)), answered.set()),
+        )
+        # tts is under way: Triton counts a chunk done (nothing else runs on this server)
+        wait_until(lambda: model_counts(stats, "tts_chunk")[0] > made_before, 300, "a chunk of tts")
+        client.start_stream(callback=on_stream)
+        client.async_stream_infer(
+            "tts_stream", tts_inputs(grpcclient, text, **DETERMINISTIC), enable_empty_final_response=True
+        )
+        responses = [streamed.get(timeout=300)]  # the stream's first chunk
+        made_at_signal = model_counts(stats, "tts_chunk")[0] - made_before
+        stats.close()  # an open keep-alive connection would hold Triton's exit
+        tts_in_flight, stream_in_flight = not answered.is_set(), not stream_ended.is_set()
+        serve.process.send_signal(stop_signal)
+        assert stream_ended.wait(300) and answered.wait(300)
+        while not streamed.empty():
+            responses.append(streamed.get())
+        client.stop_stream()
         client.close()
-        output, _ = process.communicate(timeout=60)
-        output = startup + output
+        returncode = serve.process.wait(STOP_TIMEOUT_S)
     finally:
         client.close()
-        if process.poll() is None:
-            process.kill()
-    assert process.returncode == 0, output
-    assert "triton-tts is ready (warm-up done)" in output
+        serve.close()
+    # both were in flight: tts had chunks left (two per chunk of the stream at most)
+    assert tts_in_flight and stream_in_flight and made_at_signal < 2 * planned, made_at_signal
+    # both ended (no hang), and serve stopped Triton (SIGINT, either way) cleanly
+    output = serve.output() + serve.triton_log()  # signals and stack traces go to stderr
+    assert "stopping tritonserver" in output and "Signal (2) received" in output
+    problems = shutdown_problems(returncode, output)
+    assert returncode == 0 and not problems, problems
+    errors = [error.message() for _, error in responses + whole if error is not None]
+    if errors:
+        assert all(SERVER_STOPPING in error for error in errors), errors
+        pytest.xfail(DRAIN_GAP)
+    assert_stream_is_the_whole_audio(responses, whole[0][0], planned)
+
+
+def assert_stream_is_the_whole_audio(responses: list[tuple[Any, Any]], whole: Any, planned: int) -> None:
+    """Every chunk of the stream, in order, the last flagged, and together the tts audio."""
+    chunks = [result for result, _ in responses if result.get_response().outputs]
+    assert [int(c.as_numpy("CHUNK_INDEX").reshape(-1)[0]) for c in chunks] == list(range(planned))
+    assert [bool(c.as_numpy("IS_LAST").reshape(-1)[0]) for c in chunks] == [False] * (planned - 1) + [True]
+    stream_audio = np.concatenate([c.as_numpy("AUDIO").reshape(-1) for c in chunks])
+    tts_audio = whole.as_numpy("AUDIO").reshape(-1)
+    assert stream_audio.shape == tts_audio.shape
+    np.testing.assert_allclose(stream_audio, tts_audio, atol=JOIN_ATOL)
+
+
+# A Python model whose finalize does what its config's "on_finalize" parameter says.
+FINALIZE_MODEL = """
+import json
+import os
+import signal
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        parameters = json.loads(args["model_config"])["parameters"]
+        self.on_finalize = parameters["on_finalize"]["string_value"]
+
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.get_input_tensor_by_name(r, "IN")]) for r in requests]
+
+    def finalize(self):
+        if self.on_finalize == "crash_the_server":  # the stub's parent is tritonserver
+            os.kill(os.getppid(), signal.SIGSEGV)
+        elif self.on_finalize == "hang":  # longer than --exit-timeout-secs
+            time.sleep(30)
+"""
+
+
+def finalize_repository(root: Path, on_finalize: str) -> Path:
+    model = root / "finalizer"
+    (model / "1").mkdir(parents=True)
+    (model / "1" / "model.py").write_text(FINALIZE_MODEL, encoding="utf-8")
+    (model / "config.pbtxt").write_text(
+        'backend: "python"\nmax_batch_size: 0\n'
+        'input [{ name: "IN", data_type: TYPE_FP32, dims: [1] }]\n'
+        'output [{ name: "IN", data_type: TYPE_FP32, dims: [1] }]\n'
+        "instance_group [{ kind: KIND_CPU, count: 1 }]\n"
+        f'parameters {{ key: "on_finalize" value: {{ string_value: "{on_finalize}" }} }}\n',
+        encoding="utf-8",
+    )
+    return root
+
+
+@pytest.mark.parametrize(
+    ("on_finalize", "expected"),
+    [
+        ("return", []),
+        ("crash_the_server", ["tritonserver exit code -11", "Signal (11) received"]),
+        ("hang", ["tritonserver exit code 1", "failed to stop server"]),
+    ],
+)
+def test_a_crash_at_shutdown_is_caught(tmp_path: Path, on_finalize: str, expected: list[str]) -> None:
+    """The session fixture's shutdown check (tests/conftest.py) on a throwaway server that
+    stops cleanly, crashes (SIGSEGV) or hangs past its exit timeout while stopping."""
+    repo = finalize_repository(tmp_path / "repo", on_finalize)
+    log = tmp_path / "tritonserver.log"
+    server = TritonServer(
+        repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(), log_file=log,
+        extra_args=["--exit-timeout-secs=3"],
+    )  # fmt: skip
+    with server:
+        pass  # stopped on leaving, as the fixture's server is
+    assert server.process is not None
+    problems = shutdown_problems(server.process.returncode, log.read_text(encoding="utf-8"))
+    assert problems[: len(expected)] == expected, problems
 
 
 def test_metrics_count_ensemble_requests(server: TritonServer, http) -> None:
-    from tests.helpers import synthesize
-
     synthesize(http, "Counted by Prometheus.")
     with urllib.request.urlopen(f"http://localhost:{server.metrics_port}/metrics", timeout=10) as response:
         metrics = response.read().decode("utf-8")
@@ -80,69 +298,3 @@ def test_metrics_count_ensemble_requests(server: TritonServer, http) -> None:
     ]
     assert success and float(success[0].rsplit(" ", 1)[1]) >= 1
     assert 'nv_inference_queue_duration_us{model="vocoder"' in metrics
-
-
-def test_sigterm_during_a_stream_ends_it_cleanly(voice_dir: Path, tmp_path: Path) -> None:
-    """A stream in flight at SIGTERM gets all its chunks ending with IS_LAST, or a clear error;
-    either way the final flag, and never a hang. (Triton 2.51 refuses the chunk requests a
-    stream makes after the signal, "Server is stopping": the error is what users see.)"""
-    import queue
-    from typing import Any
-
-    import tritonclient.grpc as grpcclient
-
-    from tests.helpers import DETERMINISTIC
-    from triton_tts.chunking import split_text
-    from triton_tts.sample_texts import PARAGRAPH
-    from triton_tts.text.normalize import normalize_english
-
-    http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable, "-m", "triton_tts.cli", "serve",
-            "--voice", str(voice_dir), "--model-repository", str(tmp_path / "repo"),
-            "--http-port", str(http_port), "--grpc-port", str(grpc_port), "--metrics-port", str(metrics_port),
-            "--health-port", "0",
-        ],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    text = " ".join([PARAGRAPH] * 3)
-    planned = len(split_text(normalize_english(text)))
-    client = grpcclient.InferenceServerClient(f"localhost:{grpc_port}")
-    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
-    chunks: list[tuple[int, bool]] = []
-    errors: list[str] = []
-    try:
-        wait_for_ready_message(process)
-        client.start_stream(callback=lambda result, error: answers.put((result, error)))
-        client.async_stream_infer(
-            "tts_stream", tts_inputs(grpcclient, text, **DETERMINISTIC), enable_empty_final_response=True
-        )
-        while True:
-            result, error = answers.get(timeout=120)  # queue.Empty here: a hang
-            if error is not None:
-                errors.append(error.message())
-                continue
-            response = result.get_response()
-            if response.outputs:
-                index = int(result.as_numpy("CHUNK_INDEX").reshape(-1)[0])
-                chunks.append((index, bool(result.as_numpy("IS_LAST").reshape(-1)[0])))
-                if len(chunks) == 1:
-                    process.send_signal(signal.SIGTERM)  # the request is surely in flight now
-            if response.parameters["triton_final_response"].bool_param:
-                break
-        client.stop_stream()
-        client.close()
-        output, _ = process.communicate(timeout=60)
-    finally:
-        client.close()
-        if process.poll() is None:
-            process.kill()
-    assert planned > 2 and chunks[0] == (0, False)
-    assert [i for i, _ in chunks] == list(range(len(chunks)))
-    if errors:  # the stream was cut: a clear error, and no chunk claimed to be the last
-        assert len(errors) == 1 and "stopping" in errors[0], errors
-        assert not any(last for _, last in chunks)
-    else:
-        assert len(chunks) == planned and chunks[-1] == (planned - 1, True)
-    assert process.returncode == 0, output[-3000:]

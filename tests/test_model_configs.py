@@ -8,6 +8,7 @@ shape on both ends, in every variant.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -82,7 +83,8 @@ def test_long_text_models() -> None:
     assert [t.name for t in models["tts_stream"].output] == ["AUDIO", "SAMPLE_RATE", "CHUNK_INDEX", "IS_LAST"]
     for name in ("tts", "tts_stream"):
         assert [t.name for t in models[name].input] == [t.name for t in models["tts_chunk"].input]
-        assert models[name].parameters["voice_name"].string_value == "joe"
+        voices = json.loads(models[name].parameters["voices"].string_value)
+        assert [v["name"] for v in voices] == ["joe"] and voices[0]["model"] == "tts_chunk"
 
 
 def test_build_options_reach_the_configs(tmp_path: Path) -> None:

@@ -260,7 +260,8 @@ def test_native_configs_match_their_graphs(repository: Path, served: ServedVoice
 # --- 2. the native batcher's part ----------------------------------------------------------
 
 PB_UTILS = "triton_python_backend_utils"
-BINDS_PB_UTILS = ("triton_tts.request_options", "triton_tts.bls")  # import it at module level
+# Modules that bind it at module level, imported afresh under the stand-in.
+BINDS_PB_UTILS = ("triton_tts.request_options", "triton_tts.errors", "triton_tts.bls")
 
 
 class _Tensor:
@@ -307,6 +308,9 @@ class _Request:
 
     def get_response_sender(self) -> _Sender:
         return self.sender
+
+    def request_id(self) -> str:
+        return ""
 
 
 class _Logger:

@@ -28,8 +28,8 @@ from triton_tts import model_configs
 from triton_tts.client.tts_client import AsyncTTSClient, RetryPolicy, ServerBusy, TTSClient
 from triton_tts.model_configs import BuildOptions, parse
 from triton_tts.repository import build_repository
-from triton_tts.sample_texts import PARAGRAPH, SENTENCES
 from triton_tts.server import TritonServer, free_port
+from triton_tts.testing.sample_texts import PARAGRAPH, SENTENCES
 
 # One text in progress and one waiting per entry model; the stages hold what those can
 # have in flight plus one direct tts_chunk request (BuildOptions.stage_queue_size).
@@ -137,8 +137,11 @@ def test_tts_chunk_is_bounded_by_its_stages(tiny: TritonServer) -> None:
     assert sorted(refused)[len(refused) // 2] < REFUSED_WITHIN_S, outcomes
 
 
-def stream_outcome(url: str, text: str) -> tuple[int, list[str], float]:
-    """tts_stream with plain tritonclient: (chunks, error messages, seconds to the end)."""
+def stream_outcome(
+    url: str, text: str, first_chunk: threading.Event | None = None
+) -> tuple[int, list[str], float]:
+    """tts_stream with plain tritonclient: (chunks, error messages, seconds to the end);
+    ``first_chunk`` is set when the first chunk arrives."""
     client = grpcclient.InferenceServerClient(url)
     answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
     client.start_stream(callback=lambda result, error: answers.put((result, error)))
@@ -154,6 +157,8 @@ def stream_outcome(url: str, text: str) -> tuple[int, list[str], float]:
                 continue
             response = result.get_response()
             chunks += bool(response.outputs)
+            if chunks and first_chunk is not None:
+                first_chunk.set()
             if response.parameters["triton_final_response"].bool_param:
                 return chunks, errors, time.perf_counter() - start
     finally:
@@ -162,12 +167,15 @@ def stream_outcome(url: str, text: str) -> tuple[int, list[str], float]:
 
 
 def test_tts_stream_refuses_beyond_its_streams_at_once(tiny: TritonServer) -> None:
-    first = threading.Thread(target=stream_outcome, args=(tiny.grpc_url, PARAGRAPH))
+    in_progress = threading.Event()
+    first = threading.Thread(target=stream_outcome, args=(tiny.grpc_url, PARAGRAPH, in_progress))
     first.start()
-    time.sleep(1.0)  # it is in progress: its first chunk is out, more follow
-    chunks, errors, seconds = stream_outcome(tiny.grpc_url, PARAGRAPH)
+    assert in_progress.wait(300)  # its first chunk is out, more follow
+    chunks, errors, _ = stream_outcome(tiny.grpc_url, PARAGRAPH)
+    # refused at once: while the stream it would have waited for is still going
+    first_still_going = first.is_alive()
     first.join()
-    assert chunks == 0 and seconds < REFUSED_WITHIN_S, (errors, seconds)
+    assert chunks == 0 and first_still_going, errors
     assert len(errors) == 1 and errors[0].startswith("server busy") and "retry" in errors[0]
     with TTSClient(tiny.grpc_url, "grpc", retry=PATIENT) as client:  # free again (the count drops
         assert len(list(client.stream(SENTENCES[0]))) == 1  # just after the final flag)
@@ -193,9 +201,10 @@ def test_the_client_library_retries_until_everyone_is_served(tiny: TritonServer)
         t.join()
     assert len(served) == len(jobs) and min(served) > 3, served
     with TTSClient(tiny.grpc_url, "grpc", retry=RetryPolicy(attempts=1)) as impatient:
-        streams = [threading.Thread(target=stream_outcome, args=(tiny.grpc_url, PARAGRAPH))]
+        in_progress = threading.Event()
+        streams = [threading.Thread(target=stream_outcome, args=(tiny.grpc_url, PARAGRAPH, in_progress))]
         streams[0].start()
-        time.sleep(1.0)
+        assert in_progress.wait(300)
         with pytest.raises(ServerBusy, match="server busy"):
             list(impatient.stream(SHORT))
         streams[0].join()

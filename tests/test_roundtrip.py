@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 import onnxruntime as ort
 import pytest
 
@@ -85,5 +86,30 @@ def test_model_metadata_names_the_contract(http) -> None:
         "NOISE_SCALE": "FP32",
         "NOISE_W": "FP32",
         "VOICE": "BYTES",
+        "NORMALIZE": "BOOL",
     }
     assert outputs == {"AUDIO": "FP32", "SAMPLE_RATE": "INT32"}
+
+
+def test_normalize_false_reads_text_as_written(http) -> None:
+    """NORMALIZE false skips the normaliser (what tts sets on the chunks it normalised
+    already): tts's audio is tts_chunk's on the normalised text read as written, and that
+    is not what espeak makes of the raw text."""
+    import tritonclient.http as httpclient
+
+    from tests.helpers import tts_inputs
+    from triton_tts.text.normalize import normalize_english
+
+    text = "Dr. Smith paid $3.50 on 3/15/2024."
+    written = normalize_english(text)
+    assert written != text
+
+    def chunk(value: str, **options: bool | float) -> npt.NDArray[np.float32]:
+        inputs = tts_inputs(httpclient, value, **DETERMINISTIC, **options)
+        return np.asarray(http.infer("tts_chunk", inputs).as_numpy("AUDIO"), dtype=np.float32).reshape(-1)
+
+    as_written = chunk(written, NORMALIZE=False)
+    np.testing.assert_allclose(chunk(text), as_written, atol=PARITY_ATOL)  # normalised once by preprocess
+    np.testing.assert_allclose(synthesize(http, text, **DETERMINISTIC)[0], as_written, atol=PARITY_ATOL)
+    raw = chunk(text, NORMALIZE=False)
+    assert raw.shape != as_written.shape  # espeak reads "$3.50" and the date its own way

@@ -6,7 +6,6 @@ import itertools
 import queue
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +15,22 @@ import soundfile as sf
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.helpers import DETERMINISTIC, model_counts, synthesize, tts_inputs
+from tests.helpers import (
+    DETERMINISTIC,
+    PARAGRAPH_CHUNKS,
+    metric_total,
+    model_counts,
+    paragraph_chunks,
+    synthesize,
+    tts_inputs,
+    wait_until,
+)
 from triton_tts.chunking import split_text
 from triton_tts.client import AsyncTTSClient, RequestRejected, TTSClient
-from triton_tts.sample_texts import PARAGRAPH
+from triton_tts.intelligibility import transcribe, word_error_rate
+from triton_tts.metrics import REQUESTS
 from triton_tts.server import TritonServer
+from triton_tts.testing.sample_texts import PARAGRAPH
 from triton_tts.text.normalize import normalize_english
 
 JOIN_ATOL = 2e-4  # chunks batch with different neighbours in the two runs: rounding only
@@ -61,8 +71,7 @@ def stream_raw(url: str, text: str, **scalars: Any) -> tuple[list[dict[str, Any]
 def test_chunks_arrive_in_order_and_join_into_the_whole_audio(server: TritonServer, http) -> None:
     chunks, errors = stream_raw(server.grpc_url, PARAGRAPH, **DETERMINISTIC)
     assert not errors
-    expected_chunks = split_text(normalize_english(PARAGRAPH))
-    assert [c["index"] for c in chunks] == list(range(len(expected_chunks)))
+    assert [c["index"] for c in chunks] == list(range(PARAGRAPH_CHUNKS))  # by hand: tests/helpers.py
     assert [c["last"] for c in chunks] == [False] * (len(chunks) - 1) + [True]
     assert {c["rate"] for c in chunks} == {22050}
     # the first chunk is short, for fast first audio
@@ -100,8 +109,10 @@ def test_stream_errors_are_sent_then_the_stream_ends(server: TritonServer) -> No
 
 def test_cancelling_a_stream_frees_the_server(server: TritonServer, http) -> None:
     long_text = " ".join([PARAGRAPH] * 8)
-    planned = len(split_text(normalize_english(long_text)))
+    planned = paragraph_chunks(8)  # 15
     before, _ = model_counts(http, "tts_chunk")
+    cancelled = {"model": "tts_stream", "reason": "cancelled"}
+    cancelled_before = metric_total(server.metrics_port, REQUESTS.name, **cancelled)
     with TTSClient(server.grpc_url, "grpc") as client:
         stream = client.stream(long_text)
         first = next(stream)
@@ -109,31 +120,47 @@ def test_cancelling_a_stream_frees_the_server(server: TritonServer, http) -> Non
         stream.close()  # leaves the generator: stop_stream(cancel_requests=True)
     audio, _ = synthesize(http, "Served right after a cancelled stream.")
     assert len(audio) > 0
+    # The stream's request ends when the model notices, before it would start its next
+    # chunk; a stream has one chunk in flight at a time, so by then it has made all it will.
+    wait_until(
+        lambda: metric_total(server.metrics_port, REQUESTS.name, **cancelled) > cancelled_before,
+        300, "tts_stream to notice the cancellation",
+    )  # fmt: skip
     after, _ = model_counts(http, "tts_chunk")
-    # The cancelled request stopped early: far fewer chunk syntheses than it planned.
+    # far fewer chunk syntheses than it planned (and one for the short request)
     assert after - before - 1 < planned // 2, (after - before, planned)
-    # A chunk it had already started may still finish (a short request is answered
-    # before it): let it, so later tests count only their own chunks. Settled = no
-    # change for 3 s, longer than one chunk takes here.
-    settled, quiet = after, 0.0
-    for _ in range(120):
-        time.sleep(0.5)
-        now, _ = model_counts(http, "tts_chunk")
-        quiet = quiet + 0.5 if now == settled else 0.0
-        settled = now
-        if quiet >= 3.0:
-            break
-    assert settled - before - 1 < planned // 2, (settled - before, planned)
 
 
-def test_long_text_completes_in_bounded_chunks(http) -> None:
-    chapter = " ".join([PARAGRAPH] * 10)  # ~5,000 characters
+# The chapter's last sentence, unlike PARAGRAPH's (38 characters, recognised well: see
+# tests/test_intelligibility.py). It joins the last chunk: 117 + 100 + 38 + 2 spaces <= 400.
+LAST_SENTENCE = "Please call me back when you get home."
+DURATION_TOLERANCE = 0.15
+TAIL_WER_MARGIN = 0.25  # the tail's WER over the sentence said alone (context, cut edges)
+
+
+def test_long_text_is_said_whole(http) -> None:
+    """~6,000 characters (ten PARAGRAPHs and a different last sentence), noise off: the
+    chunks worked out by hand are made, the audio lasts as long as its sentences said one
+    by one (within 15%), and its end is the last sentence, recognised."""
+    sentences = [s if s.endswith(".") else f"{s}." for s in PARAGRAPH.split(". ")]
+    chapter = " ".join([PARAGRAPH] * 10 + [LAST_SENTENCE])
+    solo = {s: synthesize(http, s, **DETERMINISTIC) for s in [*sentences, LAST_SENTENCE]}
     before, _ = model_counts(http, "tts_chunk")
-    audio, rate = synthesize(http, chapter)
+    audio, rate = synthesize(http, chapter, **DETERMINISTIC)
     after, _ = model_counts(http, "tts_chunk")
-    assert after - before == len(split_text(normalize_english(chapter)))
-    assert 180 < len(audio) / rate < 600  # minutes of speech, all of it
+    assert after - before == paragraph_chunks(10)  # 18
     assert np.isfinite(audio).all() and np.abs(audio).max() <= 1.0
+    seconds = {s: len(a) / r for s, (a, r) in solo.items()}
+    expected_s = 10 * sum(seconds[s] for s in sentences) + seconds[LAST_SENTENCE]
+    assert abs(len(audio) / rate / expected_s - 1) <= DURATION_TOLERANCE, (len(audio) / rate, expected_s)
+    # the end of the audio is the last sentence: as well recognised as when said alone ...
+    last_alone, _ = solo[LAST_SENTENCE]
+    alone_wer = word_error_rate([LAST_SENTENCE], [transcribe(last_alone, rate)])
+    tail = transcribe(audio[-len(last_alone) :], rate)
+    assert word_error_rate([LAST_SENTENCE], [tail]) <= alone_wer + TAIL_WER_MARGIN, tail
+    # ... and the same measure tells another sentence's end from it
+    other, _ = solo[sentences[-1]]
+    assert word_error_rate([LAST_SENTENCE], [transcribe(other[-len(last_alone) :], rate)]) > 0.6
 
 
 def test_a_line_with_nothing_to_say_inside_long_text_is_skipped(http) -> None:
@@ -170,7 +197,7 @@ def test_async_client(server: TritonServer, protocol: str) -> None:
 
     samples, chunk_count = asyncio.run(run())
     assert samples > 22050 * 2
-    assert chunk_count == (len(split_text(normalize_english(PARAGRAPH))) if protocol == "grpc" else 0)
+    assert chunk_count == (PARAGRAPH_CHUNKS if protocol == "grpc" else 0)
 
 
 def run_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[bytes]:

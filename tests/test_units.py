@@ -12,10 +12,13 @@ from triton_tts.onnx_session import resolve_threads
 from triton_tts.validation import (
     MAX_TEXT_CHARS,
     InvalidRequest,
+    NothingToSay,
     check_noise,
     check_speaker,
     check_speed,
+    check_voice,
     decode_text,
+    pronounceable,
 )
 
 
@@ -44,6 +47,23 @@ def test_good_values_pass() -> None:
     assert check_speaker(0, 1, "joe") == 0
     with pytest.raises(InvalidRequest, match=r"speakers 0\.\.3"):
         check_speaker(4, 4, "vctk")
+
+
+def test_voice_is_chosen_from_what_the_model_serves() -> None:
+    served = ["joe", "vctk"]
+    assert check_voice("", served) == "joe"  # left out or empty: the default
+    assert check_voice("vctk", served) == "vctk"
+    with pytest.raises(InvalidRequest, match=r"^unknown VOICE 'nobody': this model serves 'joe', 'vctk'$"):
+        check_voice("nobody", served)
+
+
+def test_nothing_to_say_is_its_own_refusal() -> None:
+    assert isinstance(NothingToSay(), InvalidRequest)  # refused like any bad input: 400
+    assert str(NothingToSay()) == "TEXT has nothing the voice can pronounce"
+    for text in ("...", "* * *", "?! -- ;;", "\u2014", "\U0001f600", ""):
+        assert not pronounceable(text), text
+    for text in ("a", "7", "... then", "\u00e9t\u00e9", "\u65e5\u672c"):
+        assert pronounceable(text), text
 
 
 def test_buckets_bound_padding() -> None:
@@ -177,9 +197,9 @@ def test_each_request_gets_exactly_one_response_as_its_item_is_done() -> None:
             order.append(index)  # the response was sent before the next item ran
         raise RuntimeError("runner broke")
 
-    send_as_done(senders, results(), lambda r: f"ok:{r}", lambda m: f"error:{m}", final=7)
+    send_as_done(senders, results(), lambda r: f"ok:{r}", lambda i, m: f"error {i}:{m}", final=7)
     assert order == [2, 1, 0]
     assert senders[2].sent == [("ok:audio-2", 7)]
-    assert senders[0].sent == [("error:bad input", 7)]
-    assert senders[3].sent == [("error:internal error: runner broke", 7)]  # never ran: still answered
+    assert senders[0].sent == [("error 0:bad input", 7)]
+    assert senders[3].sent == [("error 3:internal error: runner broke", 7)]  # never ran: still answered
     assert senders[1].sent == []  # its sender failed; the others were not affected

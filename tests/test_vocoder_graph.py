@@ -12,7 +12,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from triton_tts.export.quantize import CALIBRATION_TEXTS, latents, quantize_convolutions
+from triton_tts.export.quantize import CALIBRATION_TEXTS, quantize_convolutions
 from triton_tts.export.vocoder_graph import (
     channels_last,
     drop_padding_masks,
@@ -20,6 +20,7 @@ from triton_tts.export.vocoder_graph import (
     polyphase_upsampling,
     write_unpadded,
 )
+from triton_tts.export.voice_runs import latents
 from triton_tts.voice import VOCODER_FILE
 
 

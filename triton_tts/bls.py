@@ -1,11 +1,17 @@
 """Long text through the ``tts_chunk`` ensemble with Triton's business logic scripting.
 
 Shared by the ``tts`` (whole audio) and ``tts_stream`` (decoupled, chunk by chunk)
-Python models: validate and normalise the text once, split it into chunks
-(:mod:`triton_tts.chunking`), and send each chunk through the same ``tts_chunk``
-ensemble that short requests use, so chunks of long texts batch with everyone else's
-traffic in the acoustic and vocoder models. Only importable inside Triton's Python
-backend (it needs ``triton_python_backend_utils``).
+Python models: read and check the request, choose the voice and normalise the text once
+(:mod:`triton_tts.request_options`), split it into chunks (:mod:`triton_tts.chunking`),
+and send each chunk through the voice's ``tts_chunk`` ensemble, the one short requests
+use, so chunks of long texts batch with everyone else's traffic in the acoustic and
+vocoder models. Each chunk goes with NORMALIZE false (its text is normalised already),
+the client's SPEED, SPEAKER_ID and NOISE_* as sent, no VOICE (the ensemble is the voice),
+and the request id ``<id>/<chunk index>``. Chunks with nothing to pronounce
+(:func:`triton_tts.validation.pronounceable`: a "* * *" line) are never sent; one that
+preprocess still finds nothing to say in (only letters the voice has no symbols for)
+fails the request with preprocess's refusal, like any other refused chunk. Only
+importable inside Triton's Python backend (it needs ``triton_python_backend_utils``).
 
 Work for a request that no one waits for stops: before each chunk starts, the request's
 :class:`Cancellation` is asked, and a cancelled request starts no more chunks (those in
@@ -27,12 +33,14 @@ import triton_python_backend_utils as pb_utils
 
 from triton_tts.chunking import ChunkPlan, halves, join_edges, split_text
 from triton_tts.config_parameters import string_parameters
+from triton_tts.errors import RequestErrors
 from triton_tts.limits import TOO_LONG, ChunkLimits, chunk_scale
-from triton_tts.request_options import read_options, requested_voice
+from triton_tts.request_options import read_options, read_text
 from triton_tts.text.normalize import normalize_english
-from triton_tts.validation import MAX_LONG_TEXT_CHARS, NOTHING_TO_SAY, InvalidRequest, decode_text
+from triton_tts.validation import MAX_LONG_TEXT_CHARS, InvalidRequest, NothingToSay, pronounceable
 
-PASSED_THROUGH = ("SPEED", "SPEAKER_ID", "NOISE_SCALE", "NOISE_W", "VOICE")
+# Inputs sent on with every chunk as the client sent them (VOICE chose the ensemble).
+CHUNK_OPTIONS = ("SPEED", "SPEAKER_ID", "NOISE_SCALE", "NOISE_W")
 
 
 class ChunkFailed(Exception):
@@ -84,11 +92,12 @@ class Cancellation:
 
 @dataclass
 class LongTextRequest:
-    chunks: list[str]
-    passed_through: list[Any]  # pb_utils.Tensor inputs forwarded to every chunk
-    model: str = "tts_chunk"  # the chosen voice's ensemble
-    voice: str = ""  # the chosen voice's name
-    characters: int = 0  # of the decoded TEXT, before normalisation (for metrics)
+    request_id: str  # chunks are sent as "<request_id>/<index>"
+    chunks: list[str]  # each with something to pronounce
+    passed_through: list[Any]  # pb_utils.Tensor inputs sent with every chunk
+    model: str  # the chosen voice's ensemble
+    voice: str  # the chosen voice's name
+    characters: int  # of the decoded TEXT, before normalisation (for metrics)
 
 
 @dataclass(frozen=True)
@@ -123,13 +132,14 @@ class LongTextSettings:
     voices: list[ServedVoice]  # the default first
     threads: int
 
+    @property
+    def speakers(self) -> dict[str, int]:
+        """Voice name -> number of speakers, the default first (what read_options checks)."""
+        return {v.name: v.num_speakers for v in self.voices}
+
     def voice(self, name: str) -> ServedVoice:
-        """The voice a request's VOICE names ("" or absent: the default)."""
-        for voice in self.voices:
-            if voice.name == name or (not name and voice is self.voices[0]):
-                return voice
-        served = ", ".join(f"'{v.name}'" for v in self.voices)
-        raise InvalidRequest(f"unknown VOICE '{name}': this server serves {served}")
+        """A served voice by name (read_options has checked it)."""
+        return next(v for v in self.voices if v.name == name)
 
     @classmethod
     def from_model_config(cls, config: dict[str, Any]) -> LongTextSettings:
@@ -142,38 +152,43 @@ class LongTextSettings:
         )
 
 
-def read_request(request: Any, settings: LongTextSettings) -> LongTextRequest:
-    """TEXT -> normalised chunks; the optional inputs go to every chunk unchanged."""
-    raw = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy().reshape(-1)
-    if raw.size != 1:
-        raise InvalidRequest(f"TEXT must hold one string per request, got {raw.size}")
-    decoded = decode_text(raw[0], limit=MAX_LONG_TEXT_CHARS)
-    text = normalize_english(decoded)
-    voice = settings.voice(requested_voice(request))
-    options = read_options(request, voice.name, voice.num_speakers)  # fail before any chunk runs
-    chunks = split_text(text, settings.plan.scaled(chunk_scale(voice.limits, options.speed, options.noise_w)))
-    if not chunks:
-        raise InvalidRequest(NOTHING_TO_SAY)
+def read_request(request: Any, settings: LongTextSettings, request_id: str) -> LongTextRequest:
+    """TEXT -> the chunks to say, each with something to pronounce; everything checked
+    before any chunk runs (a text with nothing to say: :class:`NothingToSay`)."""
+    text = read_text(request, MAX_LONG_TEXT_CHARS)
+    options = read_options(request, settings.speakers)
+    voice = settings.voice(options.voice)
+    spoken = normalize_english(text) if options.normalize else text
+    if not pronounceable(spoken):
+        raise NothingToSay()
+    plan = settings.plan.scaled(chunk_scale(voice.limits, options.speed, options.noise_w))
+    chunks = [chunk for chunk in split_text(spoken, plan) if pronounceable(chunk)]
     extras = [
-        t for name in PASSED_THROUGH if (t := pb_utils.get_input_tensor_by_name(request, name)) is not None
+        t for name in CHUNK_OPTIONS if (t := pb_utils.get_input_tensor_by_name(request, name)) is not None
     ]
-    return LongTextRequest(chunks, extras, voice.model, voice.name, len(decoded))
+    extras.append(pb_utils.Tensor("NORMALIZE", np.array([[False]], dtype=np.bool_)))
+    return LongTextRequest(request_id, chunks, extras, voice.model, voice.name, len(text))
 
 
-def synthesize_chunk(model: str, text: str, extras: list[Any]) -> tuple[npt.NDArray[np.float32], int]:
+def synthesize_chunk(
+    model: str, text: str, extras: list[Any], chunk_id: str
+) -> tuple[npt.NDArray[np.float32], int]:
     """One chunk through the voice's ensemble (blocking BLS call). A chunk preprocess
     refuses as over the voice's budget (limits.TOO_LONG: dense text, slow SPEED, noisy
-    NOISE_W) is said in halves, joined, until the pieces fit; nothing long fails on it."""
+    NOISE_W) is said in halves, joined, until the pieces fit; nothing long fails on it.
+    A piece with nothing to pronounce (a cut can leave one of punctuation) is silence."""
+    if not pronounceable(text):
+        return np.zeros(0, dtype=np.float32), 0
     inputs = [pb_utils.Tensor("TEXT", np.array([[text.encode("utf-8")]], dtype=np.object_)), *extras]
     response = pb_utils.InferenceRequest(
-        model_name=model, requested_output_names=["AUDIO", "SAMPLE_RATE"], inputs=inputs
+        model_name=model,
+        requested_output_names=["AUDIO", "SAMPLE_RATE"],
+        inputs=inputs,
+        request_id=chunk_id,
     ).exec()
     if response.has_error():
-        message = response.error().message()
-        if message.endswith(NOTHING_TO_SAY):
-            return np.zeros(0, dtype=np.float32), 0  # e.g. a "* * *" line in a chapter: skip it
-        if TOO_LONG in message and (pieces := halves(text)):
-            return _joined([synthesize_chunk(model, piece, extras) for piece in pieces])
+        if TOO_LONG in response.error().message() and (pieces := halves(text)):
+            return _joined([synthesize_chunk(model, piece, extras, chunk_id) for piece in pieces])
         raise ChunkFailed(response.error())
     audio = pb_utils.get_output_tensor_by_name(response, "AUDIO").as_numpy().reshape(-1)
     rate = int(pb_utils.get_output_tensor_by_name(response, "SAMPLE_RATE").as_numpy().reshape(-1)[0])
@@ -181,12 +196,10 @@ def synthesize_chunk(model: str, text: str, extras: list[Any]) -> tuple[npt.NDAr
 
 
 def _joined(parts: list[tuple[npt.NDArray[np.float32], int]]) -> tuple[npt.NDArray[np.float32], int]:
-    spoken = [(audio, rate) for audio, rate in parts if audio.size]
-    if not spoken:
-        return np.zeros(0, dtype=np.float32), 0
-    rate = spoken[0][1]
-    joined = [join_edges(audio, rate, i, len(spoken)) for i, (audio, _) in enumerate(spoken)]
-    return np.concatenate(joined).astype(np.float32, copy=False), rate
+    rate = next((rate for _, rate in parts if rate), 0)  # 0: no piece was said
+    spoken = [audio for audio, _ in parts if audio.size]
+    joined = [join_edges(audio, rate, i, len(spoken)) for i, audio in enumerate(spoken)]
+    return np.concatenate([np.zeros(0, dtype=np.float32), *joined]).astype(np.float32, copy=False), rate
 
 
 def in_order(
@@ -200,11 +213,8 @@ def in_order(
     Later chunks are synthesised while earlier ones are delivered. ``cancellation`` is
     asked before each chunk is waited for: once it says stop, nothing new starts, the
     chunks in flight are left to finish unread, and :class:`RequestCancelled` is raised.
-    Chunks with nothing to pronounce are skipped (the last one is still yielded, empty, so
-    a stream always gets its IS_LAST chunk).
     """
     count = len(request.chunks)
-    rate_seen = 0
     pending: dict[int, Future[tuple[npt.NDArray[np.float32], int]]] = {}
     submitted = 0
     for index in range(count):
@@ -214,31 +224,26 @@ def in_order(
         if cancellation is not None and cancellation():
             raise RequestCancelled(cancellation.reason or Cancellation.CANCELLED, index, count)
         while submitted < count and submitted < index + limit:
+            chunk_id = f"{request.request_id}/{submitted}"
             pending[submitted] = pool.submit(
-                synthesize_chunk, request.model, request.chunks[submitted], request.passed_through
+                synthesize_chunk, request.model, request.chunks[submitted], request.passed_through, chunk_id
             )
             submitted += 1
         audio, rate = pending.pop(index).result()
-        rate_seen = rate or rate_seen
-        if audio.size == 0 and index < count - 1:
-            continue
-        if rate_seen == 0:
-            raise InvalidRequest(NOTHING_TO_SAY)
-        yield index, join_edges(audio, rate_seen, index, count), rate_seen
+        yield index, join_edges(audio, rate, index, count), rate
 
 
-def error_response(err: Exception) -> Any:
+def error_response(errors: RequestErrors, request_id: str, err: Exception) -> Any:
+    """The response (logged, triton_tts.errors) for a request that ended in ``err``."""
     if isinstance(err, RequestCancelled):  # a timeout is UNAVAILABLE, as Triton's own queue says
         code = pb_utils.TritonError.UNAVAILABLE if err.timed_out else pb_utils.TritonError.CANCELLED
-        return pb_utils.InferenceResponse(error=pb_utils.TritonError(str(err), code))
+        return errors.response(request_id, str(err), code)
     if isinstance(err, ChunkFailed):  # keep the chunk's error code (e.g. INVALID_ARG)
         code = err.error.code() if hasattr(err.error, "code") else pb_utils.TritonError.INTERNAL
-        return pb_utils.InferenceResponse(error=pb_utils.TritonError(err.error.message(), code))
+        return errors.response(request_id, err.error.message(), code)
     if isinstance(err, InvalidRequest):
-        return pb_utils.InferenceResponse(
-            error=pb_utils.TritonError(str(err), pb_utils.TritonError.INVALID_ARG)
-        )
-    return pb_utils.InferenceResponse(error=pb_utils.TritonError(f"synthesis failed: {err}"))
+        return errors.invalid(request_id, str(err))
+    return errors.response(request_id, f"synthesis failed: {err}")
 
 
 def outcome(err: Exception) -> str:

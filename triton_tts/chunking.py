@@ -3,31 +3,60 @@
 Both the non-streaming ``tts`` model and the streaming ``tts_stream`` model use this, so
 the two give the same audio for the same text (apart from how it is delivered).
 
-Chunking: normalised text is split at sentence ends, then packed into chunks of up to
-``max_chars``. The first chunk is kept short (the first clause, up to ``first_chars``) so
-the first audio arrives fast; over-long sentences are split at clause punctuation, then at
-spaces. Joining: each chunk gets a short raised-cosine fade in and out, so no click is
+Chunking: text (normalised, or as written with NORMALIZE false) is split into sentences,
+then packed into chunks of up to ``max_chars``. The first chunk is kept short (the first
+sentence, or its first clauses up to ``first_chars``) so the first audio arrives fast;
+over-long sentences are split at clause punctuation, then at spaces. The rules, each
+pinned by tests/test_chunking.py: a sentence ends at ". ! ? …" before whitespace and a
+word that is not lower-case, but not after a title ("Dr."), an initial ("J.") or a list
+number ("1."); at "。！？" of CJK text; at a blank line; and before a list item's line.
+Joining: each chunk gets a short raised-cosine fade in and out, so no click is
 heard where two waveforms meet; the natural pause VITS puts at a sentence end remains.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
+from triton_tts.text.normalize import _LEADING_ABBREVIATIONS
+
 FIRST_CHUNK_CHARS = 160  # the first sentence, or its first clauses if longer
 CHUNK_CHARS = 400
 FADE_MS = 8.0
-
-_SENTENCE_END = re.compile(r"(?<=[.!?…])[\"')\]]*\s+")
-_CLAUSE_END = re.compile(r"(?<=[,;:—–])\s+")
-
-
 MIN_CHUNK_CHARS = 16  # scaled plans never pack below this
+
+# Sentence ends. ". ! ? …" end a sentence only before whitespace, the end of the text or a
+# CJK character (CJK text has no spaces; the normaliser turns "！？" into "!?"), so "3.14",
+# "example.com" and "v1.2" stay whole; the full-width "。！？" end one anywhere. Closing
+# quotes and brackets after the end stay with their sentence.
+_CJK = "\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff"  # CJK ideographs, kana, hangul
+_CJK_CHARACTER = re.compile(f"[{_CJK}]")
+_CLOSERS = "\"'”’»)]}」』）】〕〉》"
+_CJK_ENDS = "。！？"
+_END = re.compile(rf"(?P<marks>[.!?…{_CJK_ENDS}]+)[{re.escape(_CLOSERS)}]*")
+_WORD_BEFORE = re.compile(r"\S*\Z")
+_OPENERS = "\"'“‘«([{「『（【"
+# A period after these never ends a sentence: the normaliser's titles ("Mr."), which always
+# introduce a name, and the ambiguous "Dr."/"St." and "e.g."/"i.e." it also reads. Missing a
+# sentence end costs nothing (chunks are packed anyway); a false one cuts a sentence in two.
+_NEVER_END = frozenset({*_LEADING_ABBREVIATIONS, "Dr", "St", "e.g", "i.e", "E.g", "I.e", "cf"})
+_INITIALS = re.compile(r"(?:[A-Za-z]\.)*[A-Z]")  # "J." in "J. Smith", "U.S" in "U.S. Army"
+_LIST_NUMBER = re.compile(r"\d{1,3}")  # "1." of "1. Open the box"
+_LIST_FOLLOWS = ("\n", ":", *".!?…", *_CJK_ENDS)  # what a list number comes after (or nothing)
+# Line breaks that end a sentence: a blank line (a paragraph), or a break before a list
+# item ("- milk", "• milk", "2. Pour", "2) Pour"). Any other line break is a space.
+_LINE_BREAK = re.compile(r"\n[^\S\n]*\n\s*|\n\s*(?=(?:[-*•–]|\d{1,3}[.)])\s)")
+_WHITESPACE = re.compile(r"\s+")
+_NEXT_CHARACTER = re.compile(r"\s*(\S?)")
+# Where a sentence may be cut when it is too long: after clause punctuation, then between words.
+# The cut is at the "gap" group: the space after the mark (or nothing after a CJK mark).
+_CLAUSE_BREAK = re.compile(rf"(?:[,;:—–](?=[ {_CJK}])|[，、；：])(?P<gap> ?)")
+_WORD_BREAK = re.compile(r"(?P<gap> )")
 
 
 @dataclass(frozen=True)
@@ -57,46 +86,107 @@ def halves(text: str) -> list[str]:
     return [text[:half], text[half:]]
 
 
-def _split_long(piece: str, limit: int) -> Iterator[str]:
-    """A sentence over ``limit``: clauses first, then words; never mid-word."""
-    if len(piece) <= limit:
-        yield piece
-        return
-    current = ""
-    for clause in _CLAUSE_END.split(piece):
-        for word in clause.split(" ") if len(clause) > limit else [clause]:
-            candidate = f"{current} {word}" if current else word
-            if len(candidate) <= limit or not current:
-                current = candidate
-            else:
-                yield current
-                current = word
-    if current:
-        yield current
+class _Piece(NamedTuple):
+    """Text that is never cut further at this level; ``spaced``: whitespace separated it
+    from the piece before (CJK sentences and clauses follow each other without)."""
+
+    text: str
+    spaced: bool = True
 
 
-def split_text(text: str, plan: ChunkPlan = ChunkPlan()) -> list[str]:
-    """Chunks in reading order; joined with spaces they give back the text's words."""
-    sentences = [s.strip() for s in _SENTENCE_END.split(text.strip()) if s.strip()]
-    pieces = [p for sentence in sentences for p in _split_long(sentence, plan.max_chars)]
-    if not pieces:
-        return []
-    # The first chunk alone: the first sentence, or its first clause(s) if that is long.
-    head = list(_split_long(pieces[0], plan.first_chars))
-    chunks = [head[0]]
-    rest = " ".join(head[1:])
-    queue = ([rest] if rest else []) + pieces[1:]
-    current = ""
-    for piece in queue:
-        candidate = f"{current} {piece}" if current else piece
-        if current and len(candidate) > plan.max_chars:
+def _joined(pieces: list[_Piece]) -> str:
+    return "".join((" " if p.spaced and i else "") + p.text for i, p in enumerate(pieces))
+
+
+def _ends_sentence(text: str, end: re.Match[str]) -> bool:
+    after = end.end()
+    if any(mark in _CJK_ENDS for mark in end["marks"]):
+        return True
+    if after < len(text) and not text[after].isspace() and not _CJK_CHARACTER.match(text, after):
+        return False  # "3.14", "example.com", 'said."Go'
+    following = _NEXT_CHARACTER.match(text, after)
+    if following is not None and following[1].islower():
+        return False  # "e.g. apples", "Wait... what?", '"Stop!" she said.'
+    if end["marks"] != ".":
+        return True
+    word_match = _WORD_BEFORE.search(text, max(0, end.start() - 64), end.start())
+    word = word_match[0].lstrip(_OPENERS) if word_match else ""
+    if word in _NEVER_END or _INITIALS.fullmatch(word):
+        return False
+    if _LIST_NUMBER.fullmatch(word) and word_match is not None:  # "1." of a list, or "I am 30."
+        before = text[max(0, word_match.start() - 64) : word_match.start()].rstrip(" \t")
+        return bool(before) and not before.endswith(_LIST_FOLLOWS)
+    return True
+
+
+def _sentences(text: str) -> list[_Piece]:
+    """The text's sentences in order, whitespace collapsed to single spaces."""
+    cuts = {end.end() for end in _END.finditer(text) if _ends_sentence(text, end)}
+    cuts |= {brk.start() for brk in _LINE_BREAK.finditer(text)}
+    sentences, start = [], 0
+    for cut in [*sorted(cuts), len(text)]:
+        raw = text[start:cut]
+        sentence = _WHITESPACE.sub(" ", raw).strip()
+        if sentence:
+            sentences.append(_Piece(sentence, raw[:1].isspace()))
+        start = cut
+    return sentences
+
+
+def _split_at(piece: _Piece, boundary: re.Pattern[str]) -> list[_Piece]:
+    parts, start, spaced = [], 0, piece.spaced
+    for brk in boundary.finditer(piece.text):
+        parts.append(_Piece(piece.text[start : brk.start("gap")], spaced))
+        start, spaced = brk.end("gap"), bool(brk["gap"])
+    parts.append(_Piece(piece.text[start:], spaced))
+    return [p for p in parts if p.text]
+
+
+def _units(sentence: _Piece, limit: int) -> list[_Piece]:
+    """A sentence in pieces of at most ``limit``: whole if it fits, else its clauses that
+    fit and the words of those that do not. A word longer than ``limit`` stays whole."""
+    if len(sentence.text) <= limit:
+        return [sentence]
+    units: list[_Piece] = []
+    for clause in _split_at(sentence, _CLAUSE_BREAK):
+        units += [clause] if len(clause.text) <= limit else _split_at(clause, _WORD_BREAK)
+    return units
+
+
+def _pack(units: list[_Piece], limit: int) -> list[list[_Piece]]:
+    """Greedy: each chunk takes as many of the next units as fit in ``limit`` (at least one)."""
+    chunks: list[list[_Piece]] = []
+    current: list[_Piece] = []
+    length = 0
+    for unit in units:
+        grown = length + (1 if unit.spaced else 0) + len(unit.text) if current else len(unit.text)
+        if grown > limit and current:
             chunks.append(current)
-            current = piece
-        else:
-            current = candidate
+            current, grown = [], len(unit.text)
+        current.append(unit)
+        length = grown
     if current:
         chunks.append(current)
     return chunks
+
+
+def split_text(text: str, plan: ChunkPlan = ChunkPlan()) -> list[str]:
+    """Chunks in reading order. With the spaces taken out, they join to the text with
+    its spaces taken out: nothing is dropped, added or moved.
+
+    The first chunk is the first sentence alone, or as many of its first clauses (then
+    words) as fit in ``plan.first_chars``. The rest are packed greedily: each chunk takes
+    as many whole sentences as fit in ``plan.max_chars``; a longer sentence is cut after
+    clause punctuation (",;:—–" and "，、；："), and a clause that is still too long,
+    between words. Never inside a word: a single word longer than the limit is a chunk
+    of its own."""
+    sentences = _sentences(text)
+    if not sentences:
+        return []
+    head, *rest_of_first = _pack(_units(sentences[0], plan.first_chars), plan.first_chars)
+    rest = [_Piece(_joined([p for chunk in rest_of_first for p in chunk]))] if rest_of_first else []
+    units = [unit for sentence in [*rest, *sentences[1:]] for unit in _units(sentence, plan.max_chars)]
+    return [_joined(head)] + [_joined(chunk) for chunk in _pack(units, plan.max_chars)]
 
 
 def fade(

@@ -13,11 +13,16 @@ import argparse
 import json
 import logging
 import os
+import re
 import secrets
 import signal
 import sys
+from collections.abc import Callable
 from contextlib import ExitStack
+from dataclasses import Field
+from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from triton_tts import paths
 from triton_tts.client.cli import (
@@ -29,7 +34,7 @@ from triton_tts.client.cli import (
     voices,
 )
 from triton_tts.client.tts_client import TTSError
-from triton_tts.model_configs import BuildOptions
+from triton_tts.model_configs import THREADS, BuildOptions, build_option_fields
 from triton_tts.repository import build_repository, ensure_default_voice
 from triton_tts.server import TritonServer, supervised
 
@@ -43,71 +48,48 @@ class UserError(Exception):
     as one line, without a traceback (-v shows one)."""
 
 
+def _option_value(option: Field[Any]) -> Callable[[str], int | str]:
+    """The argparse type of a build option: its bounds, as declared in BuildOptions."""
+    meta = option.metadata
+
+    def parse(text: str) -> int | str:
+        if meta["pattern"]:
+            if not re.fullmatch(meta["pattern"], text):
+                raise argparse.ArgumentTypeError(f"{text!r} does not match {meta['pattern']}")
+            return text
+        value = int(text)  # ValueError: argparse says "invalid integer value"
+        if meta["minimum"] is not None and value < meta["minimum"]:
+            raise argparse.ArgumentTypeError(f"{value} is below the minimum, {meta['minimum']}")
+        if meta["maximum"] is not None and value > meta["maximum"]:
+            raise argparse.ArgumentTypeError(f"{value} is above the maximum, {meta['maximum']}")
+        return value
+
+    parse.__name__ = "string" if meta["pattern"] else "integer"
+    return parse
+
+
 def add_build_options(parser: argparse.ArgumentParser) -> None:
-    """Tuning knobs rendered into the configs (see triton_tts/model_configs.py)."""
-    d = BuildOptions()
+    """Tuning knobs rendered into the configs: one flag per BuildOptions option, named
+    after its field (``max_batch_size``: ``--max-batch-size``); see triton_tts/model_configs.py."""
     group = parser.add_argument_group("repository build options")
-    group.add_argument("--max-batch-size", type=int, default=d.max_batch_size)
-    group.add_argument("--acoustic-instances", type=int, default=d.acoustic_instances, help="CPU")
-    group.add_argument("--vocoder-instances", type=int, default=d.vocoder_instances, help="CPU")
-    group.add_argument("--acoustic-threads", default=d.acoustic_threads, help="intra-op, or auto")
-    group.add_argument("--vocoder-threads", default=d.vocoder_threads, help="intra-op, or auto")
-    group.add_argument("--queue-delay-us", type=int, default=d.queue_delay_us, help="CPU batcher")
-    group.add_argument(
-        "--cpu-preferred-batch-sizes",
-        type=int,
-        nargs="*",
-        default=list(d.cpu_preferred_batch_sizes),
-        help="CPU acoustic/vocoder batcher; none: batch whatever is queued",
-    )
-    group.add_argument("--vocoder-items-per-run", type=int, default=d.vocoder_items_per_run, help="CPU")
-    group.add_argument("--acoustic-items-per-run", type=int, default=d.acoustic_items_per_run, help="CPU")
-    group.add_argument("--gpu-instances", type=int, default=d.gpu_instances, help="per GPU model")
-    group.add_argument("--gpu-queue-delay-us", type=int, default=d.gpu_queue_delay_us)
-    # Admission: what is beyond these is refused at once (HTTP 503 / gRPC UNAVAILABLE).
-    group.add_argument(
-        "--long-text-instances", type=int, default=d.long_text_instances, help="tts: texts in progress"
-    )
-    group.add_argument(
-        "--long-text-queue-size",
-        type=int,
-        default=d.long_text_queue_size,
-        help="tts: texts waiting; 0: no bound",
-    )
-    group.add_argument(
-        "--long-text-queue-timeout-us",
-        type=int,
-        default=d.long_text_queue_timeout_us,
-        help="tts: refuse a text queued this long; 0: never",
-    )
-    group.add_argument("--max-streams", type=int, default=d.max_streams, help="tts_stream; 0: no bound")
-    group.add_argument(
-        "--chunk-queue-size",
-        type=int,
-        default=d.chunk_queue_size,
-        help="direct tts_chunk requests a stage queue holds beyond tts/tts_stream's chunks; 0: no bound",
-    )
+    for option in build_option_fields():
+        default: Any = option.default
+        group.add_argument(
+            "--" + option.name.replace("_", "-"),
+            type=_option_value(option),
+            nargs="*" if isinstance(default, tuple) else None,
+            default=list(default) if isinstance(default, tuple) else default,
+            metavar="auto|N" if option.metadata["pattern"] == THREADS else "N",
+            help=option.metadata["help"],
+        )
 
 
 def build_options(args: argparse.Namespace) -> BuildOptions:
-    return BuildOptions(
-        max_batch_size=args.max_batch_size,
-        acoustic_instances=args.acoustic_instances,
-        vocoder_instances=args.vocoder_instances,
-        acoustic_threads=str(args.acoustic_threads),
-        vocoder_threads=str(args.vocoder_threads),
-        queue_delay_us=args.queue_delay_us,
-        cpu_preferred_batch_sizes=tuple(args.cpu_preferred_batch_sizes),
-        vocoder_items_per_run=args.vocoder_items_per_run,
-        acoustic_items_per_run=args.acoustic_items_per_run,
-        gpu_instances=args.gpu_instances,
-        gpu_queue_delay_us=args.gpu_queue_delay_us,
-        long_text_instances=args.long_text_instances,
-        long_text_queue_size=args.long_text_queue_size,
-        long_text_queue_timeout_us=args.long_text_queue_timeout_us,
-        max_streams=args.max_streams,
-        chunk_queue_size=args.chunk_queue_size,
-    )
+    values: dict[str, Any] = {}
+    for option in build_option_fields():
+        value = getattr(args, option.name)
+        values[option.name] = tuple(value) if isinstance(value, list) else value
+    return BuildOptions(**values)
 
 
 def _voice_dirs(args: argparse.Namespace) -> list[Path]:
@@ -130,16 +112,14 @@ def cmd_build_repo(args: argparse.Namespace) -> int:
 
 
 def cmd_export_coqui(args: argparse.Namespace) -> int:
-    try:
-        from triton_tts.export import coqui
-    except ImportError as err:  # torch / coqui-tts are export-only dependencies
-        raise SystemExit(
-            f"{err}: the Coqui export needs the export extra: pip install 'triton-tts[export]'"
-        ) from err
+    # torch, coqui-tts: the export extra (see _missing_extra)
+    from triton_tts.export.coqui import cli as coqui
+    from triton_tts.export.coqui.loading import DownloadFailed
+
     _output_folder(args.out)
     try:
         coqui.run(args)
-    except coqui.DownloadFailed as err:
+    except DownloadFailed as err:
         raise UserError(str(err)) from err
     return 0
 
@@ -170,8 +150,9 @@ def _stop_on_signal(signum: int, frame: object) -> None:
 
 def cmd_export_int8(args: argparse.Namespace) -> int:
     from triton_tts.export import quantize
+    from triton_tts.intelligibility import gate_thresholds
 
-    quantize.main(["--voice", str(ensure_default_voice(args.voice)), "--out", str(args.out)])
+    quantize.run(ensure_default_voice(args.voice), args.out, gate_thresholds(args))
     return 0
 
 
@@ -302,18 +283,21 @@ def build_parser() -> argparse.ArgumentParser:
     piper.set_defaults(func=cmd_export_piper)
     int8 = export_sub.add_parser(
         "int8",
-        help="a copy of a voice with a static INT8 vocoder, checked against FP32",
+        help="a copy of a voice with a static INT8 vocoder, gated against FP32 (SNR and WER)",
         formatter_class=defaults,
     )
     int8.add_argument("--voice", type=Path, default=paths.default_voice_dir(), help="FP32 voice folder")
     int8.add_argument("--out", type=Path, required=True, help="voice folder to write")
+    from triton_tts.intelligibility import add_gate_arguments
+
+    add_gate_arguments(int8)
     int8.set_defaults(func=cmd_export_int8)
     coqui_parser = export_sub.add_parser(
         "coqui",
         help="export a Coqui TTS model (VITS, FastPitch, FastSpeech2, Glow-TTS, Tacotron2) + vocoder",
         formatter_class=defaults,
     )
-    from triton_tts.export.coqui_arguments import add_arguments
+    from triton_tts.export.coqui.arguments import add_arguments
 
     add_arguments(coqui_parser)
     coqui_parser.set_defaults(func=cmd_export_coqui)
@@ -371,7 +355,42 @@ def _user_message(err: Exception, args: argparse.Namespace) -> str | None:
         return str(err)
     if isinstance(err, OSError):  # a user's path, permissions, a full disk, the network
         return f"{err.filename}: {err.strerror}" if err.filename and err.strerror else str(err)
+    if isinstance(err, ModuleNotFoundError) and (missing := _missing_extra(err)):
+        return missing
     return _broken_input(args)
+
+
+# Import names that differ from the name of the distribution that provides them.
+DISTRIBUTIONS = {"TTS": "coqui-tts", "yaml": "PyYAML"}
+
+
+def _missing_extra(err: ModuleNotFoundError) -> str | None:
+    """A module that one of our extras provides (torch: export): which extra, and how to
+    install it, read from the package's own requirements (pyproject.toml, their one home).
+    None for any other missing module: a broken install or a bug keeps its traceback."""
+    module = (err.name or "").split(".")[0]
+    wanted = _normalized(DISTRIBUTIONS.get(module, module))
+    if wanted == "triton-tts":  # extras name each other ("triton-tts[quality]"): our own code
+        return None
+    try:
+        requirements = metadata.requires("triton-tts") or []
+    except metadata.PackageNotFoundError:
+        return None
+    for requirement in requirements:
+        name = re.match(r"[A-Za-z0-9._-]+", requirement)
+        extra = re.search(r"extra\s*==\s*['\"]([^'\"]+)['\"]", requirement)
+        if name and extra and _normalized(name.group()) == wanted:
+            group = extra.group(1)
+            what = module if _normalized(module) == wanted else f"{module} ({name.group()})"
+            return (
+                f"{what} is not installed (the {group} extra): pip install 'triton-tts[{group}]'"
+                f" (from a checkout: pip install -e '.[{group}]')"
+            )
+    return None
+
+
+def _normalized(distribution: str) -> str:
+    return re.sub(r"[-_.]+", "-", distribution).lower()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,13 +1,34 @@
-"""Offline intelligibility check: transcribe speech with PocketSphinx, score word error rate.
+"""Offline intelligibility, and the precision gate's verdict on FP16 and INT8 exports.
 
-Used by the tests and the quantisation checks: a voice that still speaks transcribes at
-a low WER, a broken one (random weights, wrong sample rate, garbage ids) does not.
-Needs the ``dev`` extra (pocketsphinx, jiwer, soxr).
+Speech is transcribed with PocketSphinx (en-US) and scored by word error rate: a voice
+that still speaks transcribes at a low WER, a broken one (random weights, wrong sample
+rate, garbage ids) does not. Used by the tests and by the precision gate.
+
+The gate (its measurements: :mod:`triton_tts.export.precision_gate`) compares an FP16 or
+INT8 export with its FP32 voice on the held-out sentences of :mod:`triton_tts.gate_texts`,
+noise off, and accepts it only when both hold:
+
+- the waveform SNR against FP32 (same vocoder input, the whole set) is at least
+  ``MIN_SNR_DB[precision]``;
+- its WER is at most the FP32 voice's own WER on the set plus ``MAX_WER_INCREASE``.
+
+Both limits can be changed on the export commands (``--min-snr-db``,
+``--max-wer-increase``); ``--accept-failed-gate`` writes a refused export anyway, and
+says so in its ``quality.json``. An FP32 voice the recogniser cannot follow (WER over
+``MAX_FP32_WER``: a random-weight model, a language other than English) leaves the WER
+comparison empty, so the gate refuses to judge it rather than pass it.
+Measured figures: docs/performance.md, "Precision gate".
+Needs the ``quality`` extra (pocketsphinx, jiwer, soxr) to transcribe; the verdict itself
+and the command-line flags import nothing heavy.
 """
 
 from __future__ import annotations
 
+import argparse
+import math
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -15,6 +36,21 @@ import numpy as np
 import numpy.typing as npt
 
 ASR_SAMPLE_RATE = 16_000  # the bundled en-US acoustic model's rate
+
+# 0.10 over FP32's own WER: on the 345-word set that is 34 words, so no single misheard
+# word decides. The INT8 vocoder recipe costs about 0.08 on joe (measured 0.14 -> 0.22 at
+# FP32/INT8), a clean FP16 conversion about 0; quantising every layer of joe's vocoder,
+# the first and last included, costs more (0.25) and fails the SNR floor as well.
+MAX_WER_INCREASE = 0.10
+# Waveform SNR floors, from what each format can deliver and what a worse recipe gives.
+# FP16 keeps 11 significant bits: a clean conversion measures 50-65 dB (joe's vocoder 65,
+# HiFi-GAN V1 54), so under 40 dB an operator overflowed or lost its range. INT8 noise is
+# far larger: the recipe (convolutions only, input, first upsampler and output layers in
+# FP32) measures 18.5 dB on joe; quantising every layer 16.5 dB.
+MIN_SNR_DB: dict[str, float] = {"fp16": 40.0, "int8": 17.0}
+# Past this WER the recogniser does not follow the FP32 voice (joe: 0.14; random weights:
+# 1.0), so the WER comparison would say nothing: the gate refuses to judge.
+MAX_FP32_WER = 0.5
 
 
 @lru_cache(maxsize=1)
@@ -42,7 +78,168 @@ def words(text: str) -> str:
     return " ".join(re.findall(r"[a-z']+", text.lower()))
 
 
-def word_error_rate(references: list[str], hypotheses: list[str]) -> float:
+def word_error_rate(references: Sequence[str], hypotheses: Sequence[str]) -> float:
     import jiwer
 
     return float(jiwer.wer([words(r) for r in references], [words(h) or "<empty>" for h in hypotheses]))
+
+
+def snr_db(
+    references: Sequence[npt.NDArray[np.float32]], candidates: Sequence[npt.NDArray[np.float32]]
+) -> float:
+    """Signal-to-noise ratio of ``candidates`` against ``references`` over all items
+    together (signal energy over error energy, in dB); infinite when they are equal.
+    Items must have equal lengths: a different length is a different signal."""
+    signal = error = 0.0
+    for reference, candidate in zip(references, candidates, strict=True):
+        if reference.shape != candidate.shape:
+            raise ValueError(f"SNR of different shapes: {reference.shape} vs {candidate.shape}")
+        signal += float(np.sum(np.square(reference, dtype=np.float64)))
+        error += float(np.sum(np.square(reference.astype(np.float64) - candidate)))
+    if error == 0.0:
+        return math.inf
+    return 10.0 * math.log10(signal / error) if signal > 0.0 else -math.inf
+
+
+@dataclass(frozen=True)
+class GateThresholds:
+    """The gate's limits (``min_snr_db`` None: the precision's own ``MIN_SNR_DB``), whether
+    a refused export is written anyway, and whether WER is measured at all: ``measure_wer``
+    False gates on SNR alone, for models no recogniser can judge (the random-weight models
+    of tests and speed benchmarks); the commands always measure it."""
+
+    max_wer_increase: float = MAX_WER_INCREASE
+    min_snr_db: float | None = None
+    accept_failed: bool = False
+    measure_wer: bool = True
+
+    def snr_floor(self, precision: str) -> float:
+        return MIN_SNR_DB[precision] if self.min_snr_db is None else self.min_snr_db
+
+
+@dataclass(frozen=True)
+class GateReport:
+    """What the gate measured and decided (written to the export's ``quality.json``).
+
+    ``snr_db``: the vocoder's output against FP32's from the same input, over the whole
+    set; ``worst_snr_db``: its worst sentence. ``acoustic_snr_db``: the acoustic stage's
+    output against FP32's, over the sentences whose frame count did not change (None when
+    the acoustic stage is the FP32 graph). ``wer_fp32``: the FP32 voice's WER on the set,
+    None when not measured; when the recogniser stopped early (``fp32_sentences_heard``
+    under ``sentences``: the set was past ``MAX_FP32_WER`` whatever followed) a lower
+    bound. ``wer_candidate``: None when not transcribed."""
+
+    precision: str
+    sentences: int
+    words: int
+    snr_db: float
+    worst_snr_db: float
+    acoustic_snr_db: float | None
+    acoustic_frames_changed: int
+    wer_fp32: float | None
+    fp32_sentences_heard: int
+    wer_candidate: float | None
+    min_snr_db: float
+    max_wer_increase: float
+    accepted: bool
+    reason: str
+    exported_anyway: bool = False
+
+    def wer_text(self) -> str:
+        """The WER figures in words: "WER FP32 0.136 -> int8 0.217"."""
+        if self.wer_fp32 is None:
+            return "WER not measured"
+        fp32 = f"{self.wer_fp32:.3f}"
+        if self.fp32_sentences_heard < self.sentences:
+            fp32 = f"at least {fp32} ({self.fp32_sentences_heard} of {self.sentences} sentences heard)"
+        heard = "not transcribed" if self.wer_candidate is None else f"{self.wer_candidate:.3f}"
+        return f"WER FP32 {fp32} -> {self.precision} {heard}"
+
+    def summary(self) -> str:
+        """One line: the gate's numbers and its verdict."""
+        acoustic = ""
+        if self.acoustic_snr_db is not None:
+            moved = self.acoustic_frames_changed
+            acoustic = f", acoustic SNR {self.acoustic_snr_db:.1f} dB" + (
+                f" ({moved} sentences changed frame count)" if moved else ""
+            )
+        verdict = "accepted" if self.accepted else f"refused: {self.reason}"
+        return (
+            f"{self.precision} gate on {self.sentences} sentences ({self.words} words): "
+            f"SNR {self.snr_db:.1f} dB (worst sentence {self.worst_snr_db:.1f}, floor "
+            f"{self.min_snr_db:g}){acoustic}; {self.wer_text()} (limit +{self.max_wer_increase:g} "
+            f"over FP32); {verdict}"
+        )
+
+
+def judge(
+    precision: str,
+    references: Sequence[str],
+    snr: float,
+    worst_snr: float,
+    wer_fp32: float | None,
+    wer_candidate: float | None,
+    thresholds: GateThresholds,
+    *,
+    fp32_sentences_heard: int | None = None,
+    acoustic_snr: float | None = None,
+    acoustic_frames_changed: int = 0,
+) -> GateReport:
+    """The gate's verdict on measured figures; ``reason`` names every limit that failed."""
+    floor = thresholds.snr_floor(precision)
+    failed = []
+    if wer_fp32 is not None and wer_fp32 > MAX_FP32_WER:
+        failed.append(
+            f"the recogniser does not follow the FP32 voice itself (WER {wer_fp32:.2f} > "
+            f"{MAX_FP32_WER}), so the gate cannot judge it"
+        )
+    if snr < floor:
+        failed.append(f"SNR {snr:.1f} dB is under the {floor:g} dB floor")
+    if acoustic_snr is not None and acoustic_snr < floor:
+        failed.append(f"acoustic SNR {acoustic_snr:.1f} dB is under the {floor:g} dB floor")
+    margin = thresholds.max_wer_increase
+    if wer_fp32 is not None and wer_candidate is not None and wer_candidate > wer_fp32 + margin:
+        failed.append(f"WER {wer_candidate:.3f} is over FP32's {wer_fp32:.3f} + {margin:g}")
+    passed = "within the SNR floor and the WER margin" if wer_fp32 is not None else "within the SNR floor"
+    return GateReport(
+        precision=precision,
+        sentences=len(references),
+        words=sum(len(words(r).split()) for r in references),
+        snr_db=round(snr, 2),
+        worst_snr_db=round(worst_snr, 2),
+        acoustic_snr_db=None if acoustic_snr is None else round(acoustic_snr, 2),
+        acoustic_frames_changed=acoustic_frames_changed,
+        wer_fp32=None if wer_fp32 is None else round(wer_fp32, 4),
+        fp32_sentences_heard=len(references) if fp32_sentences_heard is None else fp32_sentences_heard,
+        wer_candidate=None if wer_candidate is None else round(wer_candidate, 4),
+        min_snr_db=floor,
+        max_wer_increase=thresholds.max_wer_increase,
+        accepted=not failed,
+        reason="; ".join(failed) or passed,
+    )
+
+
+def add_gate_arguments(parser: argparse.ArgumentParser) -> None:
+    """The gate's flags, for every export command that writes FP16 or INT8."""
+    floors = ", ".join(f"{precision} {floor:g}" for precision, floor in MIN_SNR_DB.items())
+    parser.add_argument(
+        "--min-snr-db",
+        type=float,
+        default=None,
+        help=f"precision gate: lowest waveform SNR against FP32, in dB; None: the precision's own ({floors})",
+    )
+    parser.add_argument(
+        "--max-wer-increase",
+        type=float,
+        default=MAX_WER_INCREASE,
+        help="precision gate: most the word error rate may rise over the FP32 voice's own",
+    )
+    parser.add_argument(
+        "--accept-failed-gate",
+        action="store_true",
+        help="write the export even when the precision gate refuses it (quality.json says so)",
+    )
+
+
+def gate_thresholds(args: argparse.Namespace) -> GateThresholds:
+    return GateThresholds(args.max_wer_increase, args.min_snr_db, args.accept_failed_gate)

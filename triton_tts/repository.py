@@ -66,7 +66,7 @@ def write_warmup_data(repo: Path, voice: Voice, models: VoiceModels) -> None:
     preprocess = repo / models.model("preprocess") / "warmup"
     preprocess.mkdir(parents=True, exist_ok=True)
     (preprocess / "TEXT").write_bytes(_serialize_bytes(WARMUP_TEXT))
-    symbols = WARMUP_PHONEMES if voice.tokens == "phonemes" else WARMUP_TEXT.lower()
+    symbols = WARMUP_TEXT.lower() if voice.tokens == "characters" else WARMUP_PHONEMES
     ids = voice.phonemes_to_ids(symbols)[:WARMUP_IDS_LENGTH]
     padded = np.full(WARMUP_IDS_LENGTH, voice.padding_id, dtype=np.int64)
     padded[: len(ids)] = ids

@@ -1,64 +1,85 @@
-"""The optional inputs every text model accepts, read and checked in one place.
+"""A request's inputs, read and checked in one place (the checks are triton_tts.validation's).
 
-Used by ``preprocess`` (which fills the voice's defaults) and by the long-text models
-``tts`` / ``tts_stream`` (which check before any chunk is synthesised). Only importable
+Every text model reads a request through here: ``tts`` / ``tts_stream`` for the whole
+text (before any chunk is synthesised) and ``preprocess`` for what reaches ``tts_chunk``,
+each against the voices it serves. The long-text models send each chunk on with
+NORMALIZE false (they normalised the whole text) and without VOICE (the chunk's ensemble
+is the voice), so a text is normalised once and its VOICE checked once. ``tts_chunk`` is
+public, so preprocess checks TEXT and the numbers of every request it gets, the
+long-text models' chunks included: it cannot tell them from a client's. Only importable
 inside Triton's Python backend.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import triton_python_backend_utils as pb_utils
 
-from triton_tts.validation import InvalidRequest, check_noise, check_speaker, check_speed
+from triton_tts.validation import (
+    InvalidRequest,
+    check_noise,
+    check_speaker,
+    check_speed,
+    check_voice,
+    decode_text,
+)
 
 
 @dataclass(frozen=True)
 class RequestOptions:
-    """None means the input was left out (the voice's default applies)."""
+    """The optional inputs; None means left out (the voice's default applies)."""
 
+    voice: str  # the voice chosen: VOICE, or the model's default voice
     speed: float | None
     speaker_id: int | None
     noise_scale: float | None
     noise_w: float | None
+    normalize: bool  # NORMALIZE: false reads TEXT as written
 
 
-def scalar(request: Any, name: str) -> float | None:
+def read_text(request: Any, limit: int) -> str:
+    """TEXT, decoded and checked (triton_tts.validation.decode_text), up to ``limit`` characters."""
+    raw = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy().reshape(-1)
+    if raw.size != 1:
+        raise InvalidRequest(f"TEXT must hold one string per request, got {raw.size}")
+    return decode_text(raw[0], limit=limit)
+
+
+def _one(request: Any, name: str) -> Any | None:
     tensor = pb_utils.get_input_tensor_by_name(request, name)
     if tensor is None:
         return None
     values = tensor.as_numpy().reshape(-1)
     if values.size != 1:
         raise InvalidRequest(f"{name} must hold one value, got {values.size}")
-    return float(values[0])
+    return values[0]
 
 
-def requested_voice(request: Any) -> str:
-    """The request's VOICE, or "" (the default voice) when it is left out."""
-    names = pb_utils.get_input_tensor_by_name(request, "VOICE")
-    if names is None:
-        return ""
-    values = names.as_numpy().reshape(-1)
-    if values.size != 1:
-        raise InvalidRequest(f"VOICE must hold one string, got {values.size}")
-    name = values[0]
-    return name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
+def _number(request: Any, name: str) -> float | None:
+    value = _one(request, name)
+    return None if value is None else float(value)
 
 
-def read_options(request: Any, voice_name: str, num_speakers: int) -> RequestOptions:
-    """Check VOICE, SPEED, SPEAKER_ID, NOISE_SCALE and NOISE_W of one request."""
-    name = requested_voice(request)
-    if name not in ("", voice_name):
-        raise InvalidRequest(f"unknown VOICE '{name}': this model serves '{voice_name}'")
-    speed = scalar(request, "SPEED")
-    speaker = scalar(request, "SPEAKER_ID")
-    noise_scale = scalar(request, "NOISE_SCALE")
-    noise_w = scalar(request, "NOISE_W")
+def read_options(request: Any, voices: Mapping[str, int]) -> RequestOptions:
+    """Check VOICE against ``voices`` (name -> speakers, the default first), then SPEED,
+    SPEAKER_ID, NOISE_SCALE, NOISE_W and NORMALIZE."""
+    name = _one(request, "VOICE")
+    if isinstance(name, bytes):
+        name = name.decode("utf-8", "replace")
+    voice = check_voice("" if name is None else str(name), list(voices))
+    speed = _number(request, "SPEED")
+    speaker = _number(request, "SPEAKER_ID")
+    noise_scale = _number(request, "NOISE_SCALE")
+    noise_w = _number(request, "NOISE_W")
+    normalize = _one(request, "NORMALIZE")
     return RequestOptions(
+        voice=voice,
         speed=None if speed is None else check_speed(speed),
-        speaker_id=None if speaker is None else check_speaker(int(speaker), num_speakers, voice_name),
+        speaker_id=None if speaker is None else check_speaker(int(speaker), voices[voice], voice),
         noise_scale=None if noise_scale is None else check_noise("NOISE_SCALE", noise_scale),
         noise_w=None if noise_w is None else check_noise("NOISE_W", noise_w),
+        normalize=True if normalize is None else bool(normalize),
     )

@@ -104,12 +104,23 @@ def server_environment() -> dict[str, str]:
     env.setdefault("OMP_NUM_THREADS", "1")
     # glibc raises its mmap threshold after large frees, so the next large buffers (latents,
     # waveforms, onnxruntime's arena chunks) come from the heap, which it never gives back:
-    # one 20,000-character request left the vocoders ~300 MB larger each. A fixed threshold
-    # keeps buffers of 1 MiB and more in their own mappings, returned to the system on free.
+    # one very long request left every vocoder larger for good (docs/performance.md,
+    # "Memory"). A fixed threshold keeps buffers of 1 MiB and more in their own mappings,
+    # returned to the system on free.
     env.setdefault("MALLOC_MMAP_THRESHOLD_", str(1 << 20))
     env.setdefault("MALLOC_TRIM_THRESHOLD_", str(16 << 20))
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
+
+
+# The Python backend's shared memory, one region per stub: it starts at 1 MiB and grows by
+# 1 MiB, mapping the region afresh each time and keeping every older mapping for good
+# (python_backend src/shm_manager.cc), so a region that grew to 6 MiB had six mappings and
+# its resident pages counted up to six times in the RSS of tritonserver and the stub, RSS
+# that rose for minutes under traffic. Regions are sparse files (ftruncate), so a larger
+# start costs nothing until written: most never grow, and large responses grow in few steps.
+# /dev/shm must hold what is written (the chart mounts 1 GiB; Docker's default is 64 MiB).
+PYTHON_SHM = {"shm-default-byte-size": 16 << 20, "shm-growth-byte-size": 16 << 20}
 
 
 @dataclass
@@ -152,6 +163,8 @@ class TritonServer:
         ]
         if not any(a.startswith("--exit-timeout-secs") for a in self.extra_args):
             cmd.append("--exit-timeout-secs=20")
+        if not any(a.startswith("--backend-config=python,shm-") for a in self.extra_args):
+            cmd += [f"--backend-config=python,{name}={size}" for name, size in PYTHON_SHM.items()]
         if self.model_config_name:
             cmd.append(f"--model-config-name={self.model_config_name}")
         if self.admin_key:

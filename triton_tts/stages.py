@@ -5,14 +5,16 @@ server. Each runner takes one ragged batch (a list of per-request arrays), plans
 similar length under two caps, pads each run, calls onnxruntime once per run and hands
 back per-request results trimmed to their true length.
 
-Why the caps: on a CPU, measured here, one padded ONNX run of 8 latents is 20-40% slower
-than 8 runs of one (cache-bound convolutions), so the CPU default runs items one by one
-while Triton still gathers them into one execution (``max_items_per_run``). The padded
-size cap (``max_padded``) bounds activation memory when larger runs are allowed.
+Why the caps: on a CPU, one padded ONNX run of several latents is slower than one run per
+item (cache-bound convolutions; docs/performance.md, "Tuning"), so the CPU default runs
+items one by one while Triton still gathers them into one execution
+(``max_items_per_run``). The padded size cap (``max_padded``) bounds activation memory
+when larger runs are allowed.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Iterator, Sequence
@@ -27,6 +29,7 @@ import onnxruntime as ort
 from triton_tts.batching import pad_stack, plan_sub_batches
 from triton_tts.config_parameters import string_parameters
 from triton_tts.onnx_session import cpu_session, resolve_threads
+from triton_tts.vocoder_window import WINDOW_FRAMES, measure_context, run_windowed
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +53,15 @@ class StageSettings:
         folder = Path(args["model_repository"]) / args["model_version"]
         return cls(folder / "model.onnx", resolve_threads(params.get("intra_op_threads"), instances), params)
 
-    def int_parameter(self, key: str, default: int) -> int:
-        return int(self.parameters.get(key, default))
+    def int_parameter(self, key: str, default: int | None = None) -> int:
+        """A parameter of the config; without ``default`` the renderer always writes it
+        (triton_tts/model_configs.py), so a config without it is refused at load."""
+        value = self.parameters.get(key)
+        if value is None:
+            if default is None:
+                raise ValueError(f"config parameter '{key}' is missing: render the repository again")
+            return default
+        return int(value)
 
 
 @dataclass
@@ -62,17 +72,17 @@ class RunFailed:
 
 
 RunnerT = TypeVar("RunnerT", bound="_Runner")
+VocoderT = TypeVar("VocoderT", bound="VocoderRunner")
 
 
 class _Runner:
     # onnxruntime's CPU arena keeps the high-water mark of the largest run for good: one
-    # 1,000-character request left the vocoder at 1.26 GB RSS for ever. Shrinking the arena
-    # after large runs only gives it back (measured: RSS back to ~0.1 GB, no slowdown of
-    # later short runs; turning the arena off instead cost 25% speed).
+    # long request left the vocoder at its peak RSS for ever. Shrinking the arena after
+    # large runs only gives it back, without slowing later short runs; turning the arena
+    # off instead cost speed (figures: docs/performance.md, "Memory").
     SHRINK_ABOVE = 1024  # padded length (ids or frames) x items
-    # The config parameter that caps a run's padded size, and its default.
+    # The config parameter that caps a run's padded size (its default: model_configs.BuildOptions).
     PADDED_PARAMETER: str
-    PADDED_DEFAULT: int
 
     def __init__(self, onnx_path: Path, threads: int, max_items_per_run: int, max_padded: int) -> None:
         self.session = cpu_session(onnx_path, threads)
@@ -89,8 +99,8 @@ class _Runner:
         return cls(
             settings.onnx_path,
             settings.threads,
-            settings.int_parameter("max_items_per_run", 1),
-            settings.int_parameter(cls.PADDED_PARAMETER, cls.PADDED_DEFAULT),
+            settings.int_parameter("max_items_per_run"),
+            settings.int_parameter(cls.PADDED_PARAMETER),
         )
 
     def run_options(self, padded_size: int) -> ort.RunOptions | None:
@@ -106,9 +116,9 @@ class _Runner:
 
 
 class AcousticRunner(_Runner):
-    PADDED_PARAMETER, PADDED_DEFAULT = "max_padded_phonemes", 8192
-    # Its activations grow with frames, ~2-4 per id (x 1/SPEED): a 400-character chunk
-    # (~900 ids) left each acoustic instance ~90 MB larger without shrinking.
+    PADDED_PARAMETER = "max_padded_phonemes"
+    # Its activations grow with frames, ~2-4 per id (x 1/SPEED): without shrinking, a
+    # 400-character chunk left each acoustic instance larger for good (docs/performance.md).
     SHRINK_ABOVE = 256
 
     def run(
@@ -153,14 +163,51 @@ class VocoderRunner(_Runner):
     """Padding-safe vocoders (Coqui exports) mask every convolution's input to each
     item's length so padded batches are exact; they come with a mask-free copy
     (:func:`unpadded_twin`), which runs of one item use: nothing to mask there, and the
-    masks cost ~10% of an INT8 VITS vocoder."""
+    masks cost time (docs/performance.md, "INT8 vocoder")."""
 
-    PADDED_PARAMETER, PADDED_DEFAULT = "max_padded_frames", 4000
+    PADDED_PARAMETER = "max_padded_frames"
 
-    def __init__(self, onnx_path: Path, threads: int, max_items_per_run: int, max_padded: int) -> None:
+    def __init__(
+        self,
+        onnx_path: Path,
+        threads: int,
+        max_items_per_run: int,
+        max_padded: int,
+        window_frames: int = WINDOW_FRAMES,
+        latent_channels: int | None = None,
+    ) -> None:
         super().__init__(onnx_path, threads, max_items_per_run, max_padded)
         twin = unpadded_twin(onnx_path)
         self.unpadded = cpu_session(twin, threads) if twin.exists() else None
+        # Latents longer than a window run in windows (triton_tts/vocoder_window.py), when
+        # this graph is local enough for that to leave every sample as it was.
+        self.window_frames = window_frames
+        channels = latent_channels or self.session.get_inputs()[0].shape[1]
+        self.window_context = (
+            measure_context(lambda latent: self._run_one(latent, 0), channels)
+            if window_frames > 0 and isinstance(channels, int)
+            else None
+        )
+        log.info("vocoder %s: window context %s frames", onnx_path, self.window_context)
+
+    @classmethod
+    def from_settings(cls: type[VocoderT], settings: StageSettings) -> VocoderT:
+        return cls(
+            settings.onnx_path,
+            settings.threads,
+            settings.int_parameter("max_items_per_run"),
+            settings.int_parameter(cls.PADDED_PARAMETER),
+            latent_channels=settings.int_parameter("latent_channels", 0) or None,
+        )
+
+    def _run_one(self, latent: FloatArray, speaker: int) -> FloatArray:
+        """One item [1, C, frames] -> [1, frames x hop], without padding."""
+        feeds: dict[str, Any] = {"LATENT": latent}
+        if self.takes_speaker:
+            feeds["SPEAKER_ID"] = np.array([speaker], dtype=np.int64)
+        session = self.unpadded if self.unpadded is not None else self.session
+        waveform: FloatArray = session.run(["WAVEFORM"], feeds)[0]
+        return waveform
 
     def run(
         self, latents: Sequence[FloatArray], speakers: Sequence[int] | None = None
@@ -172,7 +219,20 @@ class VocoderRunner(_Runner):
         self, latents: Sequence[FloatArray], speakers: Sequence[int] | None = None
     ) -> Iterator[tuple[int, FloatArray | RunFailed]]:
         """(index, waveform) for each item as soon as its run is done."""
-        for group in plan_sub_batches([x.shape[-1] for x in latents], self.max_padded, self.max_items):
+        context = self.window_context
+        long = {i for i, x in enumerate(latents) if context is not None and x.shape[-1] > self.window_frames}
+        for i in sorted(long):
+            assert context is not None
+            run = functools.partial(self._run_one, speaker=speakers[i] if speakers is not None else 0)
+            try:
+                yield i, run_windowed(run, latents[i], self.window_frames, context)
+            except Exception as err:
+                yield i, RunFailed(f"vocoder failed: {err}")
+        whole = [i for i in range(len(latents)) if i not in long]
+        for planned in plan_sub_batches(
+            [latents[i].shape[-1] for i in whole], self.max_padded, self.max_items
+        ):
+            group = [whole[j] for j in planned]
             padded = pad_stack([latents[i] for i in group])
             feeds = {"LATENT": padded}
             self.add_speakers(feeds, group, speakers)
@@ -205,10 +265,11 @@ def send_as_done(
     """Answer each request the moment its item is done (a non-decoupled Python model may
     send its one response through the request's response sender and return None), so a
     short request in a batch does not wait for the batch's longest. ``respond(result)``
-    and ``failed(message)`` build the responses; ``final`` is Triton's
-    TRITONSERVER_RESPONSE_COMPLETE_FINAL flag. One request's failed send (e.g. its
-    client went away) does not touch the others; if the runner itself breaks, every
-    request not yet answered gets the error, so none is left hanging."""
+    and ``failed(index, message)`` build the responses (``index``: the request's place in
+    the batch); ``final`` is Triton's TRITONSERVER_RESPONSE_COMPLETE_FINAL flag. One
+    request's failed send (e.g. its client went away) does not touch the others; if the
+    runner itself breaks, every request not yet answered gets the error, so none is left
+    hanging."""
 
     def send(index: int, response: Any) -> None:
         try:
@@ -219,8 +280,8 @@ def send_as_done(
     unanswered = set(range(len(senders)))
     try:
         for index, result in results:
-            send(index, failed(result.message) if isinstance(result, RunFailed) else respond(result))
+            send(index, failed(index, result.message) if isinstance(result, RunFailed) else respond(result))
             unanswered.discard(index)
     except Exception as err:  # every request must get its one response
         for index in sorted(unanswered):
-            send(index, failed(f"internal error: {err}"))
+            send(index, failed(index, f"internal error: {err}"))

@@ -36,6 +36,9 @@ VOCODER_UNPADDED_FILE = "vocoder_unpadded.onnx"
 # Phoneme-id framing Piper VITS voices are trained with: BOS PAD, then each phoneme
 # followed by PAD, then EOS.
 PAD, BOS, EOS = "_", "^", "$"
+# The tokens of Piper voices: espeak-ng phonemes as Piper's phonemizer writes them
+# (triton_tts/text/phonemize.py).
+PIPER_PHONEMES = "piper-phonemes"
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,9 @@ class Voice:
     eos: list[int] | None = None
     intersperse: list[int] | None = None
     pad_id: int | None = None
-    # "phonemes" (espeak-ng IPA) or "characters" (normalised, lower-cased text)
+    # "piper-phonemes" (espeak-ng IPA, punctuation as Piper writes it), "phonemes"
+    # (espeak-ng IPA, punctuation as Coqui keeps it) or "characters" (normalised,
+    # lower-cased text)
     tokens: str = "phonemes"
     family: str = "vits"
     acoustic_kind: str = "single"  # "single": one acoustic.onnx; "tacotron2": step-wise
@@ -87,6 +92,10 @@ class Voice:
         if path.is_dir():
             path = path / VOICE_FILE
         data = json.loads(path.read_text(encoding="utf-8"))
+        piper_framing = all(data.get(key) is None for key in ("bos", "eos", "intersperse"))
+        if piper_framing and data.get("tokens", "phonemes") == "phonemes":
+            # Piper voices exported before their tokens were told apart from Coqui's.
+            data["tokens"] = PIPER_PHONEMES
         return cls(**data)
 
     @property

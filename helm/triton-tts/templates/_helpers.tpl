@@ -102,19 +102,26 @@ rollingUpdate:
 
 {{- define "triton-tts.engineCachePath" -}}/engine-cache{{- end -}}
 
+{{/* `triton-tts build-repo` flags, one per build value: maxBatchSize -> --max-batch-size
+(the values are the CLI's options; the schema keeps out any other key). */}}
+{{- define "triton-tts.buildFlags" -}}
+{{- range $name, $value := .Values.build }} \
+  --{{ kebabcase $name }}
+{{- if kindIs "slice" $value }}{{ range $value }} {{ int64 . }}{{ end }}
+{{- else if kindIs "string" $value }} {{ squote $value }}
+{{- else }} {{ int64 $value }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
 {{/* The export init container's script: voice -> repository (-> TensorRT engines). */}}
 {{- define "triton-tts.exportScript" -}}
-{{- $b := .Values.build -}}
 set -eu
 triton-tts export piper --out /models/voices/{{ .Values.modelRepository.export.voice }}
-triton-tts build-repo --voice /models/voices/{{ .Values.modelRepository.export.voice }} --out /models/repository \
-  --max-batch-size {{ $b.maxBatchSize }} --gpu-instances {{ $b.gpuInstances }} --gpu-queue-delay-us {{ $b.gpuQueueDelayUs }} \
-  --acoustic-instances {{ $b.acousticInstances }} --vocoder-instances {{ $b.vocoderInstances }} \
-  --acoustic-threads {{ $b.acousticThreads }} --vocoder-threads {{ $b.vocoderThreads }} --queue-delay-us {{ $b.queueDelayUs }} \
-  --long-text-instances {{ $b.longTextInstances }} --long-text-queue-size {{ $b.longTextQueueSize }} \
-  --max-streams {{ $b.maxStreams }} --chunk-queue-size {{ $b.chunkQueueSize }}
+triton-tts build-repo --voice /models/voices/{{ .Values.modelRepository.export.voice }} --out /models/repository
+{{- include "triton-tts.buildFlags" . }}
 {{- if eq .Values.variant "tensorrt" }}
-python3 -m triton_tts.export.tensorrt --repo /models/repository --max-batch-size {{ $b.maxBatchSize }} --trtexec {{ .Values.modelRepository.export.trtexec }}
+python3 -m triton_tts.export.tensorrt --repo /models/repository --max-batch-size {{ int64 .Values.build.maxBatchSize }} --trtexec {{ .Values.modelRepository.export.trtexec }}
 {{- if .Values.engineCache.enabled }} --cache-dir {{ include "triton-tts.engineCachePath" . }}{{ end }}
 {{- end }}
 {{- end -}}

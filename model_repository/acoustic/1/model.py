@@ -5,7 +5,8 @@ Python-backend model. GPU nodes load the same ``model.onnx`` with the native
 ``onnxruntime`` backend (configs/gpu.pbtxt) or a TensorRT plan (configs/tensorrt.pbtxt).
 Inputs are ragged (``allow_ragged_batch``): requests of any length arrive in one
 execution; :class:`triton_tts.stages.AcousticRunner` plans and pads the ONNX runs, and
-each request is answered as soon as its item is done.
+each request is answered as soon as its item is done (a failed run: an INTERNAL error
+for its requests alone, logged with their ids by triton_tts.errors).
 
 A Tacotron2 voice's acoustic stage (a decoder loop in Python) is this model on every node;
 its GPU named configs add ``pad_latent_frames`` for the native vocoder after it.
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from triton_tts.errors import RequestErrors, request_id
 from triton_tts.stages import AcousticRunner, StageSettings, send_as_done
 from triton_tts.tacotron import Tacotron2Runner
 from triton_tts.voice import Voice
@@ -36,6 +38,7 @@ class TritonPythonModel:
             self.runner = Tacotron2Runner.from_settings(settings, voice)
         else:
             self.runner = AcousticRunner.from_settings(settings)
+        self.errors = RequestErrors(args["model_name"])
         pb_utils.Logger.log_info(
             f"acoustic: '{voice.name}' ({voice.family}), onnxruntime CPU, "
             f"{settings.threads} intra-op thread(s)"
@@ -53,7 +56,7 @@ class TritonPythonModel:
             [r.get_response_sender() for r in requests],
             self.runner.iter_run(ids, scales, speakers),
             _latent_response,
-            _error_response,
+            lambda index, message: self.errors.response(request_id(requests[index]), message),
             pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
         )
 
@@ -66,7 +69,3 @@ def _latent_response(result: tuple[Any, int]) -> Any:
             pb_utils.Tensor("FRAME_COUNT", np.array([[frames]], dtype=np.int64)),
         ]
     )
-
-
-def _error_response(message: str) -> Any:
-    return pb_utils.InferenceResponse(error=pb_utils.TritonError(message))

@@ -7,7 +7,8 @@ itself. Chunks are joined with short fades where they meet; a one-chunk text com
 exactly as the ensemble made it. ``tts_stream`` delivers the same audio chunk by chunk.
 A request its client cancels (gRPC) or its own ``timeout`` outlives starts no more chunks
 (see triton_tts.bls.Cancellation). Outcomes and throughput go to Triton's metrics port
-(triton_tts.metrics).
+(triton_tts.metrics); every error sent back is logged with the request's id
+(triton_tts.errors).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from triton_tts.bls import Cancellation, LongTextSettings, error_response, in_order, outcome, read_request
+from triton_tts.errors import RequestErrors, request_id
 from triton_tts.metrics import TTSMetrics
 
 
@@ -34,6 +36,7 @@ class TritonPythonModel:
         self.chunks = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tts-bls")
         voices = [v.name for v in self.settings.voices]
         self.metrics = TTSMetrics("tts", args["model_instance_name"], voices, streaming=False)
+        self.errors = RequestErrors(args["model_name"])
 
     def execute(self, requests: list[Any]) -> list[Any]:
         # All requests' chunks reach the ensemble together, so they batch there.
@@ -42,16 +45,17 @@ class TritonPythonModel:
         return [f.result() for f in futures]
 
     def _synthesize(self, request: Any, started: float) -> Any:
+        rid = request_id(request)
         try:
             cancellation = Cancellation(request.is_cancelled, request.timeout())
-            long_text = read_request(request, self.settings)
+            long_text = read_request(request, self.settings, rid)
             window = self.settings.chunks_in_flight
             chunks = list(in_order(self.chunks, long_text, window, cancellation))
             audio = np.concatenate([chunk_audio for _, chunk_audio, _ in chunks])[None, :]
             rate = chunks[0][2]
         except Exception as err:  # the request's own error; others are unaffected
             self.metrics.record_error(outcome(err))
-            return error_response(err)
+            return error_response(self.errors, rid, err)
         self.metrics.record_ok(
             long_text.voice,
             long_text.characters,

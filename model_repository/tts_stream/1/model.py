@@ -7,7 +7,8 @@ flag is always sent (from a ``finally``), also after an error, and a cancelled r
 (the client went away) or one its own ``timeout`` outlives stops before its next chunk
 (triton_tts.bls.Cancellation). ``finalize`` waits for streams in flight. The response
 sender is never touched after the final flag. Outcomes, throughput and first-chunk latency
-go to Triton's metrics port (triton_tts.metrics).
+go to Triton's metrics port (triton_tts.metrics); every error sent back is logged with the
+request's id (triton_tts.errors).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from triton_tts.bls import (
     read_request,
 )
 from triton_tts.config_parameters import string_parameters
+from triton_tts.errors import RequestErrors, request_id
 from triton_tts.metrics import TTSMetrics
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -52,9 +54,10 @@ class TritonPythonModel:
         self.active = 0
         self.lock = threading.Condition()
         # Admission: a stream beyond max_streams is refused at once (0: no bound).
-        self.max_streams = int(string_parameters(config).get("max_streams", "0"))
+        self.max_streams = int(string_parameters(config)["max_streams"])
         voices = [v.name for v in self.settings.voices]
         self.metrics = TTSMetrics("tts_stream", args["model_instance_name"], voices, streaming=True)
+        self.errors = RequestErrors(args["model_name"])
 
     def execute(self, requests: list[Any]) -> None:
         for request in requests:
@@ -63,10 +66,10 @@ class TritonPythonModel:
                 if admitted:
                     self.active += 1
             if not admitted:
-                busy = pb_utils.TritonError(BUSY.format(self.max_streams), pb_utils.TritonError.UNAVAILABLE)
+                busy = BUSY.format(self.max_streams)
                 # The error, then the final flag, as _stream does (a gRPC client sees both).
                 sender = request.get_response_sender()
-                sender.send(pb_utils.InferenceResponse(error=busy))
+                sender.send(self.errors.response(request_id(request), busy, pb_utils.TritonError.UNAVAILABLE))
                 sender.send(flags=FINAL)
                 self.metrics.record_error("busy")
                 continue
@@ -76,9 +79,10 @@ class TritonPythonModel:
         sender = request.get_response_sender()
         sent_final = False
         sent, samples = 0, 0
+        rid = request_id(request)
         try:
             cancellation = Cancellation(sender.is_cancelled, request.timeout())
-            long_text = read_request(request, self.settings)
+            long_text = read_request(request, self.settings, rid)
             count = len(long_text.chunks)
             for index, audio, rate in in_order(
                 self.chunks, long_text, self.settings.chunks_in_flight, cancellation
@@ -106,7 +110,7 @@ class TritonPythonModel:
             self.metrics.record_error(outcome(err))
             gone = isinstance(err, RequestCancelled) and not err.timed_out  # no one to tell
             if not sent_final and not gone:
-                sender.send(error_response(err))
+                sender.send(error_response(self.errors, rid, err))
         finally:
             if not sent_final:
                 sender.send(flags=FINAL)

@@ -3,7 +3,8 @@
 Latents of different lengths arrive in one ragged execution;
 :class:`triton_tts.stages.VocoderRunner` plans the ONNX runs (one item per run by
 default on CPU, measured faster) and trims each waveform to its item's length; each
-request is answered as soon as its item is done.
+request is answered as soon as its item is done (a failed run: an INTERNAL error for its
+requests alone, logged with their ids by triton_tts.errors).
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ from typing import Any
 
 import triton_python_backend_utils as pb_utils
 
+from triton_tts.errors import RequestErrors, request_id
 from triton_tts.stages import StageSettings, VocoderRunner, send_as_done
 
 
 class TritonPythonModel:
     def initialize(self, args: dict[str, str]) -> None:
         self.runner = VocoderRunner.from_settings(StageSettings.from_triton_args(args))
+        self.errors = RequestErrors(args["model_name"])
         pb_utils.Logger.log_info(f"vocoder: onnxruntime CPU, {self.runner.threads} intra-op thread(s)")
 
     def execute(self, requests: list[Any]) -> None:
@@ -30,7 +33,7 @@ class TritonPythonModel:
             lambda waveform: pb_utils.InferenceResponse(
                 output_tensors=[pb_utils.Tensor("WAVEFORM", waveform[None])]
             ),
-            lambda message: pb_utils.InferenceResponse(error=pb_utils.TritonError(message)),
+            lambda index, message: self.errors.response(request_id(requests[index]), message),
             pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
         )
 

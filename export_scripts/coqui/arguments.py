@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from triton_tts.intelligibility import add_gate_arguments
+
 PRECISIONS = ("fp32", "fp16", "int8")
 
 
@@ -25,5 +27,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--precision",
         choices=PRECISIONS,
         default="fp32",
-        help="fp16: both stages, for GPUs; int8: static INT8 vocoder checked against FP32",
+        help="fp16: both stages, for GPUs; int8: static INT8 vocoder; both gated against FP32",
     )
+    add_gate_arguments(parser)

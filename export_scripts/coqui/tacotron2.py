@@ -48,6 +48,9 @@ import torch
 from torch import nn
 from torch.nn import functional
 
+from triton_tts.export.coqui.loading import Loaded
+from triton_tts.export.coqui.mel_vocoder import mel_vocoder
+from triton_tts.export.coqui.onnx_export import VOCODER_AXES, export_module
 from triton_tts.tacotron import DECODER_STEP_FILE, ENCODER_FILE, POSTNET_FILE, STATIC_INPUTS
 from triton_tts.voice import VOCODER_FILE, Voice
 
@@ -241,8 +244,6 @@ def step_state_names() -> list[str]:
 
 def export_stages(tts: Any, out: Path, batch: int = 2, length: int = 23) -> None:
     """Write the encoder, decoder-step and postnet ONNX files into ``out``."""
-    from triton_tts.export.coqui import export_module
-
     check_supported(tts)
     tts.eval()
     speakers = _has_speakers(tts)
@@ -306,24 +307,15 @@ def export_stages(tts: Any, out: Path, batch: int = 2, length: int = 23) -> None
     )
 
 
-def export(loaded: Any, out: Path, voice: Voice) -> Voice:
+def export(loaded: Loaded, out: Path, voice: Voice) -> Voice:
     """The three acoustic files and ``vocoder.onnx``; returns ``voice`` set up for them."""
-    from triton_tts.export import coqui, coqui_forward
-
     tts = loaded.tts
     export_stages(tts, out)
-    vocoder, edge_frames = coqui_forward.mel_vocoder(loaded)
+    vocoder, edge_frames = mel_vocoder(loaded)
     n_mels = int(tts.decoder.frame_channels)
     example = torch.randn(2, n_mels, 40)
     example[1, :, 30:] = 0  # a shorter second item: zero frames past its end, as the runner pads
-    coqui.export_module(
-        vocoder,
-        (example,),
-        out / VOCODER_FILE,
-        ["LATENT"],
-        ["WAVEFORM"],
-        {"LATENT": {0: "batch", 2: "frames"}, "WAVEFORM": {0: "batch", 1: "samples"}},
-    )
+    export_module(vocoder, (example,), out / VOCODER_FILE, ["LATENT"], ["WAVEFORM"], VOCODER_AXES)
     return replace(
         voice,
         acoustic_kind="tacotron2",

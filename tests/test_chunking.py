@@ -1,0 +1,228 @@
+"""split_text's rules (triton_tts/chunking.py), each with expectations written by hand.
+
+Most cases use ``SENTENCES``, a plan whose first chunk and other chunks hold at most 40
+characters, with texts whose sentences are 21 to 40 characters long: no sentence is cut
+and no two are packed together, so the chunks are exactly the sentences the rules find.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.helpers import PARAGRAPH_CHUNKS, PARAGRAPH_SENTENCE_LENGTHS, paragraph_chunks
+from triton_tts.chunking import ChunkPlan, split_text
+from triton_tts.testing.sample_texts import PARAGRAPH
+from triton_tts.text.normalize import normalize_english
+
+SENTENCES = ChunkPlan(first_chars=40, max_chars=40)
+
+
+def sentence_cases(cases: list[list[str]]) -> list[tuple[str, list[str]]]:
+    """(text, its sentences) with the sentences joined by a space."""
+    for sentences in cases:
+        assert all(21 <= len(s) <= 40 for s in sentences), sentences  # the plan's premise
+    return [(" ".join(s), s) for s in cases]
+
+
+ABBREVIATIONS = [
+    ["Dr. Smith will see you at noon.", "Mr. Jones is away until Friday."],
+    ["Prof. Adams met Gen. Brown there.", "They talked about the old war."],
+    ["J. R. R. Tolkien wrote the book.", "We read it in a single week."],
+    ["Bring fruit, e.g. apples or pears.", "The market opens at nine."],
+    ["Fruit, i.e. apples, was on sale.", "It sold out before lunch."],
+    ["He joined the U.S. Army in spring.", "He served for seven years."],
+    ["Spain vs. Italy ended in a draw.", "Both teams played very well."],
+    # an abbreviation that can close a sentence does, before a capital letter
+    ["We sell pens, paper, ink, etc.", "Ask us for the full list."],
+    ["The meeting starts at 9 a.m.", "Please do not be late today."],
+]
+DECIMALS = [
+    ["Pi is about 3.14 and e is 2.72.", "Both numbers go on forever."],
+    ["Version 2.0.1 fixed the bug.", "Visit example.com for details."],
+    ["The ticket cost $4.50 at the door.", "The result was exactly 0.5."],
+    ["The answer to it all is 42.", "Nobody knows what it means."],  # a number ends one
+]
+QUOTES = [
+    ['He shouted "Stop right there!"', "Then he walked away slowly."],
+    ["Did he really just say “done”?", "Nobody could believe that."],
+    ["(This part is only an aside.)", "The story goes on from here."],
+    ["She wrote, 'We are leaving now.'", "The house was empty by noon."],
+    # lower case after the mark: the quote was inside the sentence
+    ['"Wait for me!" she called out loud.', "Nobody turned around at all."],
+    ["“Run!” he said, and we all ran.", "The storm came an hour later."],
+    ["Well... maybe we could try that.", "Or we could just go home now."],
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    sentence_cases(ABBREVIATIONS) + sentence_cases(DECIMALS) + sentence_cases(QUOTES),
+)
+def test_sentence_ends(text: str, expected: list[str]) -> None:
+    assert split_text(text, SENTENCES) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # a single line break is a space; every run of whitespace becomes one space
+        ("First line\nsecond line.\nThird line.", ["First line second line.", "Third line."]),
+        ("A  b\tc\n d.", ["A b c d."]),
+        # a blank line ends a sentence (a heading, a paragraph), also with \r\n
+        ("Title\n\nThe body starts here.", ["Title", "The body starts here."]),
+        ("One line\r\n\r\nNext paragraph", ["One line", "Next paragraph"]),
+        ("   \n\t  ", []),
+        ("", []),
+    ],
+)
+def test_newlines_and_whitespace(text: str, expected: list[str]) -> None:
+    assert split_text(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # a line break before a list item ends a sentence; the first chunk is the first
+        # sentence, the rest is packed into one chunk (all of it fits in 400 characters)
+        ("Shopping list:\n- eggs\n- milk\n- bread", ["Shopping list:", "- eggs - milk - bread"]),
+        ("Packing:\n• socks\n• a coat", ["Packing:", "• socks • a coat"]),
+        (
+            "1. Open the box.\n2. Take out the radio.\n3. Plug it in.",
+            ["1. Open the box.", "2. Take out the radio. 3. Plug it in."],
+        ),
+        ("Steps:\n1) Open it.\n2) Use it.", ["Steps:", "1) Open it. 2) Use it."]),
+        # a list number is not a sentence; after a word, a number ending a sentence is
+        ("Steps: 1. Open it. 2. Use it.", ["Steps: 1. Open it.", "2. Use it."]),
+        ("I am 30. You are 40.", ["I am 30.", "You are 40."]),
+        # a list inside a sentence is one sentence
+        ("Bring eggs, milk, bread, and butter.", ["Bring eggs, milk, bread, and butter."]),
+    ],
+)
+def test_lists(text: str, expected: list[str]) -> None:
+    assert split_text(text) == expected
+
+
+CJK = "今天天气很好。我们去公园吧！你想去吗？"
+
+
+@pytest.mark.parametrize(
+    ("text", "plan", "expected"),
+    [
+        # full-width sentence ends need no space, and nothing is put between the sentences
+        (
+            "今天天气很好。我们去公园吧！你想去吗？",
+            ChunkPlan(8, 8),
+            ["今天天气很好。", "我们去公园吧！", "你想去吗？"],
+        ),
+        (
+            "今天天气很好。我们去公园吧！你想去吗？",
+            ChunkPlan(8, 20),
+            ["今天天气很好。", "我们去公园吧！你想去吗？"],
+        ),
+        # a long sentence is cut after its clause marks ，、；：, packed greedily
+        (
+            "我们买了苹果、香蕉和梨，然后回家；晚上做饭：很好吃。",
+            ChunkPlan(10, 10),
+            ["我们买了苹果、", "香蕉和梨，然后回家；", "晚上做饭：很好吃。"],
+        ),
+        # English with full-width punctuation typed by an input method
+        (
+            "Hello there。How are you today？Fine！",
+            ChunkPlan(20, 20),
+            ["Hello there。", "How are you today？", "Fine！"],
+        ),
+    ],
+)
+def test_cjk_punctuation(text: str, plan: ChunkPlan, expected: list[str]) -> None:
+    assert split_text(text, plan) == expected
+
+
+def test_cjk_punctuation_after_the_normaliser() -> None:
+    """The server normalises first, and NFKC turns ！？，；： into ASCII marks with no space
+    after them: they still end sentences and clauses there."""
+    spoken = normalize_english("今天天气很好！我们去公园吧？")
+    assert spoken == "今天天气很好!我们去公园吧?"
+    assert split_text(spoken, ChunkPlan(8, 8)) == ["今天天气很好!", "我们去公园吧?"]
+    spoken = normalize_english("香蕉和梨，然后回家；晚上做饭：很好吃。")
+    assert split_text(spoken, ChunkPlan(6, 6)) == ["香蕉和梨,", "然后回家;", "晚上做饭:", "很好吃。"]
+
+
+def test_a_long_sentence_without_punctuation_is_cut_between_words() -> None:
+    words = [f"w{i:02d}" for i in range(30)]  # 3 characters each, 119 with the spaces
+    # first chunk: 5 words (19 characters; a sixth makes 23 > 20); then 10 words (39 <= 40)
+    assert split_text(" ".join(words), ChunkPlan(20, 40)) == [
+        " ".join(words[:5]),
+        " ".join(words[5:15]),
+        " ".join(words[15:25]),
+        " ".join(words[25:]),
+    ]
+
+
+def test_a_long_sentence_is_cut_at_clauses_before_words() -> None:
+    text = "one two three, four five six, seven eight nine"
+    # every clause fits in 16, two together do not: one chunk per clause, never mid-clause
+    assert split_text(text, ChunkPlan(16, 16)) == ["one two three,", "four five six,", "seven eight nine"]
+    # a clause too long for the limit is cut between its words; a clause that fits stays
+    # whole, even when part of it would fit into the chunk before
+    assert split_text("a b c d e f g h, then more", ChunkPlan(6, 9)) == [
+        "a b c",
+        "d e f g",
+        "h,",
+        "then more",
+    ]
+
+
+def test_a_word_longer_than_the_limit_is_a_chunk_of_its_own() -> None:
+    long_word = "x" * 50
+    assert split_text(f"a {long_word} b", ChunkPlan(20, 20)) == ["a", long_word, "b"]
+
+
+def test_the_first_chunk_is_the_first_sentence() -> None:
+    text = (
+        "Thank you for calling. "  # 22 characters
+        + "This second sentence is here to fill the chunk up to its limit. " * 8
+    ).strip()
+    chunks = split_text(text)
+    assert chunks[0] == "Thank you for calling."
+    # 64 characters a sentence, 6 fit in 400 (6 * 64 - 1 = 383; 7 make 447): 6 then 2
+    assert [c.count("second sentence") for c in chunks[1:]] == [6, 2]
+
+
+LONG_TEXTS = [
+    " ".join(["Dr. Smith said: 'It is 3.5 km away.' Then he left."] * 40),
+    "\n".join(f"{i}. Item number {i}, with a comma" for i in range(1, 80)),
+    " ".join(["word"] * 2000),
+    "今天天气很好，我们去公园吧。" * 100,
+    "a" * 1200 + " tail.",
+]
+
+
+@pytest.mark.parametrize("text", LONG_TEXTS, ids=["prose", "list", "words", "cjk", "one-word"])
+@pytest.mark.parametrize("plan", [ChunkPlan(), ChunkPlan(16, 16), ChunkPlan(40, 100)], ids=str)
+def test_nothing_is_dropped_added_or_moved(text: str, plan: ChunkPlan) -> None:
+    chunks = split_text(text, plan)
+    assert re.sub(r"\s", "", "".join(chunks)) == re.sub(r"\s", "", text)
+    for chunk in chunks:
+        assert chunk == chunk.strip() and "  " not in chunk and "\n" not in chunk
+        assert len(chunk) <= plan.max_chars or " " not in chunk  # only a single word is longer
+    assert len(chunks[0]) <= plan.first_chars or " " not in chunks[0]
+
+
+def test_paragraph_chunk_counts_worked_out_by_hand() -> None:
+    """The served tests compare chunk counts with tests/helpers.py's hand-worked numbers;
+    here split_text is held to them, with the premise they rest on."""
+    sentences = [s if s.endswith(".") else f"{s}." for s in PARAGRAPH.split(". ")]
+    assert " ".join(sentences) == PARAGRAPH
+    assert tuple(len(s) for s in sentences) == PARAGRAPH_SENTENCE_LENGTHS
+    assert split_text(PARAGRAPH) == [
+        sentences[0],
+        " ".join(sentences[1:4]),
+        " ".join(sentences[4:]),
+    ]
+    assert len(split_text(PARAGRAPH)) == PARAGRAPH_CHUNKS
+    # 1 paragraph: 3; 3: 1 + five chunks of the round + none = 6; 10: 1 + 3 rounds + 2 = 18
+    assert [paragraph_chunks(n) for n in (1, 3, 10)] == [3, 6, 18]
+    for copies in range(1, 13):
+        assert len(split_text(" ".join([PARAGRAPH] * copies))) == paragraph_chunks(copies), copies

@@ -1,0 +1,64 @@
+"""Answering a request with an error, logged once with the request's id.
+
+Every error our models send back goes through :meth:`RequestErrors.response`, which logs
+one line to Triton's log (``pb_utils.Logger``) naming the model, the request id and the
+code, so that an operator can find what a client was told:
+
+    W1130 16:29:56.513543 2418 errors.py:55] "tts: request 42 refused (INVALID_ARG): SPEED 9 is ..."
+
+The level follows whose fault it is: a warning for what the client can change
+(INVALID_ARG: HTTP 400 / gRPC INVALID_ARGUMENT; UNAVAILABLE, a refusal for load: 503;
+CANCELLED), an error for the server's own failures (INTERNAL: 500). One line per failed
+request at the model that answers it, nothing for requests that succeed. A request
+without an id (the client set none) gets a generated one. ``tts`` and ``tts_stream``
+send each chunk as request ``<id>/<chunk index>``, so a chunk's failure logged by
+``preprocess`` or a stage leads to the request it belongs to (whose own line follows).
+preprocess cannot tell those chunks from a client's requests: a chunk it refuses as
+over the voice's budget is logged though ``tts`` then says it in halves (rare: chunks
+are packed to fit). Only importable inside Triton's Python backend.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import triton_python_backend_utils as pb_utils
+
+# Codes a client can act on: fix the request, retry later, or it stopped the request
+# itself. (Names, not values: pb_utils.TritonError exists only once the stub has started.)
+_CLIENT_SIDE = ("INVALID_ARG", "UNAVAILABLE", "CANCELLED")
+_CODES = ("UNKNOWN", "INTERNAL", "NOT_FOUND", "INVALID_ARG", "UNAVAILABLE", "UNSUPPORTED", "CANCELLED")
+
+
+def _code_name(code: int) -> str:
+    return next((name for name in _CODES if getattr(pb_utils.TritonError, name, None) == code), str(code))
+
+
+def request_id(request: Any) -> str:
+    """The id the client gave the request, or a generated one (``anon-<hex>``) if none."""
+    given = request.request_id()
+    return given if given else f"anon-{uuid.uuid4().hex[:12]}"
+
+
+class RequestErrors:
+    """One model's error responses; made once in ``initialize`` with the model's name."""
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+
+    def response(self, request_id: str, message: str, code: int | None = None) -> Any:
+        """The error response for a request (``code``: a pb_utils.TritonError code,
+        INTERNAL if None); logs it (warning for the client's side, error for the server's)."""
+        if code is None:
+            code = pb_utils.TritonError.INTERNAL
+        name = _code_name(code)
+        if name in _CLIENT_SIDE:
+            pb_utils.Logger.log_warn(f"{self.model}: request {request_id} refused ({name}): {message}")
+        else:
+            pb_utils.Logger.log_error(f"{self.model}: request {request_id} failed ({name}): {message}")
+        return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, code))
+
+    def invalid(self, request_id: str, message: str) -> Any:
+        """A refusal of the request as malformed (INVALID_ARG: HTTP 400)."""
+        return self.response(request_id, message, pb_utils.TritonError.INVALID_ARG)
