@@ -84,9 +84,10 @@ def measure_context(run: Callable[[FloatArray], FloatArray], channels: int) -> i
     hop = whole.shape[0] // PROBE_FRAMES
     if hop == 0 or moved.size == 0:
         return None  # the frame changed nothing: nothing to learn the reach from
-    if moved[0] < hop or moved[-1] >= whole.shape[0] - hop:
+    first, last = int(moved[0]), int(moved[-1])
+    if first < hop or last >= whole.shape[0] - hop:
         return None  # one frame reaches (nearly) across the probe
-    reach = max(centre * hop - moved[0], moved[-1] + 1 - (centre + 1) * hop)
+    reach = max(centre * hop - first, last + 1 - (centre + 1) * hop)
     context = math.ceil(reach / hop) + CONTEXT_MARGIN
     windowed = run_windowed(run, base[0], PROBE_FRAMES // 4, context)
     peak = float(np.abs(whole).max()) or 1.0
