@@ -12,18 +12,21 @@ onnxruntime on the CPU, so the exported graph is known to compute the same thing
     python -m benchmarks.gpu_vocoder_check --device cpu --batches 1 2 --frames 64   # smoke
 
 Standalone on purpose (torch, onnx, onnx2torch, numpy; onnxruntime optional), so it runs
-on a bare GPU machine without the project's serving dependencies.
+on a bare GPU machine without the project's serving dependencies. Writes the JSON and, next
+to it, its Markdown tables (results/gpu_vocoder.md), stamped with date, commit and machine
+(benchmarks/stamp.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from benchmarks.stamp import stamp, write_report
 
 HOP = 256
 SAMPLE_RATE = 22050
@@ -152,6 +155,7 @@ def main() -> None:
     channels = int(next(p for p in model.parameters() if p.dim() == 3).shape[1])
     rng = np.random.default_rng(0)
     report: dict[str, Any] = {
+        **stamp(),
         "device": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu",
         "torch": torch.__version__,
         "frames_per_item": args.frames,
@@ -161,9 +165,49 @@ def main() -> None:
     report["sweep"] = sweep(model, channels, device, args.batches, args.frames, args.repeats, rng)
     corners = [(1, 64), (1, args.max_frames), (8, args.max_frames), (args.max_batch, args.max_frames)]
     report["profile_corners"] = extremes(model, channels, device, corners, rng)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2), encoding="utf-8")
-    print(json.dumps({k: v for k, v in report.items() if k not in ("sweep", "profile_corners")}, indent=2))
+    write_report(args.out, report, tables(report))
+
+
+def tables(report: dict[str, Any]) -> list[str]:
+    def mib(value: float | None) -> str:
+        return f"{value:,.0f} MiB" if value is not None else "-"
+
+    parity = report.get("parity_max_abs_diff_vs_onnxruntime_cpu")
+    checked = (
+        f"max abs diff {parity:.2e} (ok: {report['parity_ok']})" if parity is not None else "not checked"
+    )
+    sweep = [
+        f"The exported vocoder on {report['device']} (torch {report['torch']}, onnx2torch), "
+        f"{report['frames_per_item']} latent frames ({report['audio_s_per_item']:.2f} s of audio) per item; "
+        f"against onnxruntime on the CPU: {checked}.",
+        "",
+        "| dtype | batch | latency | x real time | peak memory |",
+        "|---|---|---|---|---|",
+    ]
+    for r in report["sweep"]:
+        sweep.append(
+            f"| {r['dtype']} | {r['batch']} | {r['latency_ms']:.2f} ms | {r['x_real_time']:,.1f} "
+            f"| {mib(r['peak_mem_mib'])} |"
+        )
+    written = ["\n".join(sweep)]
+    if report["profile_corners"]:
+        corners = [
+            "The profile's corners:",
+            "",
+            "| dtype | batch | frames | latency | peak memory | result |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in report["profile_corners"]:
+            if "error" in r:
+                error = r["error"].replace("|", "/")
+                corners.append(f"| {r['dtype']} | {r['batch']} | {r['frames']} | - | - | {error} |")
+            else:
+                corners.append(
+                    f"| {r['dtype']} | {r['batch']} | {r['frames']} | {r['latency_ms']:.1f} ms "
+                    f"| {mib(r['peak_mem_mib'])} | {'finite' if r['finite'] else 'NOT finite'} |"
+                )
+        written.append("\n".join(corners))
+    return written
 
 
 if __name__ == "__main__":

@@ -18,15 +18,14 @@ here, so every attempt is seen. Per level:
     python -m benchmarks.overload --url localhost:8001  # a running server
     python -m benchmarks.overload --levels 1 4 --seconds 3    # smoke
 
-Writes results/overload.json (stamped with date, git commit and machine) and
-results/overload.png, and prints a Markdown table.
+Writes results/overload.json and results/overload.md (a Markdown table), stamped with date,
+git commit and machine (benchmarks/stamp.py), and results/overload.png.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import logging
 import os
 import tempfile
@@ -38,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.stamp import stamp
+from benchmarks.stamp import stamp, write_report
 from triton_tts.client.tts_client import NO_RETRIES, RetryPolicy, ServerBusy, TTSClient, TTSError
 from triton_tts.model_configs import BuildOptions
 from triton_tts.repository import build_repository, ensure_default_voice
@@ -211,8 +210,8 @@ def plot(results: dict[str, Any], path: Path) -> Path:
 def markdown(results: dict[str, Any]) -> str:
     streaming = results["model"] == "tts_stream"
     lines = [
-        f"`{results['model']}`, three-sentence texts, {results['protocol']} ({results['machine']}, "
-        f"{results['date']}, {results['commit']}):",
+        f"`{results['model']}`, three-sentence texts, {results['protocol']}, "
+        f"{results['seconds_per_level']:g} s per level, server: {results['server']}:",
         "",
         "| users | goodput (x real time) | of peak | accepted p50 | accepted p99 | "
         + ("first audio p99 | " if streaming else "")
@@ -277,11 +276,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     peak = max(r["goodput_x_real_time"] for r in results["levels"])
     for r in results["levels"]:
         r["goodput_of_peak"] = r["goodput_x_real_time"] / peak if peak else 0.0
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2), encoding="utf-8")
-    image = plot(results, args.out.with_suffix(".png"))
-    print(markdown(results))
-    print(f"\nplot: {image}")
+    write_report(args.out, results, [markdown(results)])
+    print(f"plot: {plot(results, args.out.with_suffix('.png'))}")
     return results
 
 

@@ -14,6 +14,9 @@ speed does not depend on the weights' values), built once into ``.bench/coqui-mo
 
     python -m benchmarks.peers --concurrency 8 --rounds 3
     python -m benchmarks.peers --only-coqui --coqui-rounds 1    # just (d)
+
+Writes results/peers.json and results/peers.md (Markdown tables), stamped with date, commit
+and machine (benchmarks/stamp.py).
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ import argparse
 import json
 import logging
 import multiprocessing
-import platform
 import subprocess
 import time
 import urllib.request
@@ -34,6 +36,7 @@ from typing import Any
 import soundfile as sf
 
 from benchmarks.loadgen import load, triton_call
+from benchmarks.stamp import stamp, write_report
 from triton_tts.onnx_session import available_cores
 from triton_tts.testing.sample_texts import SENTENCES
 
@@ -152,10 +155,13 @@ def coqui_model(family: str, precisions: list[str]) -> tuple[Path, Path, list[Pa
     missing = [(p, d) for p, d in zip(precisions, voice_dirs, strict=True) if not (d / "voice.json").exists()]
     if missing:
         from triton_tts.export.coqui import export, loading
+        from triton_tts.intelligibility import GateThresholds
 
         loaded = loading.load(checkpoint=checkpoint, config=config)  # once for every precision
         for precision, voice_dir in missing:
-            export.export_coqui(loaded, voice_dir, precision=precision)
+            # random weights: the precision gate can judge their SNR only, and speed is the point
+            gate = GateThresholds(measure_wer=False, accept_failed=True)
+            export.export_coqui(loaded, voice_dir, precision=precision, gate=gate)
     return checkpoint, config, voice_dirs
 
 
@@ -235,15 +241,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from triton_tts.server import default_voice_server, free_port
 
     ensure_default_voice()
-    results: dict[str, Any] = {"machine": f"{platform.machine()}, {available_cores()} cores"}
+    results: dict[str, Any] = {**stamp(), "concurrency": args.concurrency}
     if not args.no_coqui:
         results["coqui"] = coqui_side_by_side(
             args.concurrency, args.coqui_rounds, args.coqui_family, args.coqui_precision
         )
-        print_coqui(results["coqui"], args.concurrency, args.coqui_family)
+        print(coqui_table(results["coqui"], args.concurrency, args.coqui_family))  # before the long part
     if args.only_coqui:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=2), encoding="utf-8")
+        write_report(args.out, results, [coqui_table(results["coqui"], args.concurrency, args.coqui_family)])
         return results
     results["direct_onnxruntime"] = direct_ceiling(args.rounds)
     for voice_dir in args.voice or []:
@@ -268,42 +273,49 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 voice_of[key] = voice
                 load(triton_call(url, protocol), 2, 1)
                 results[key] = load(triton_call(url, protocol), args.concurrency, args.rounds)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2), encoding="utf-8")
-    print_piper(results, args.concurrency, names, voice_of)
+    tables = [piper_table(results, args.concurrency, names, voice_of)]
     if "coqui" in results:
-        print_coqui(results["coqui"], args.concurrency, args.coqui_family)
+        tables.append(coqui_table(results["coqui"], args.concurrency, args.coqui_family))
+    write_report(args.out, results, tables)
     return results
 
 
-def print_piper(
+def piper_table(
     results: dict[str, Any], concurrency: int, names: dict[str, str], voice_of: dict[str, str]
-) -> None:
+) -> str:
     ceiling = results["direct_onnxruntime"]["x_real_time"]
     processes = results["direct_onnxruntime"]["processes"]
     direct = f"onnxruntime directly, {processes} processes x batch 1"
-    print(f"\nconcurrency {concurrency}, {results['machine']}:\n")
-    print("| server | x real time | vs ceiling | vs same graphs direct | p50 | p99 |")
-    print("|---|---|---|---|---|---|")
-    print(f"| {direct}, Piper's graph (ceiling) | {ceiling:.1f} | 1.00 | | - | - |")
+    lines = [
+        f"The eight sentences, concurrency {concurrency}:",
+        "",
+        "| server | x real time | vs ceiling | vs same graphs direct | p50 | p99 |",
+        "|---|---|---|---|---|---|",
+        f"| {direct}, Piper's graph (ceiling) | {ceiling:.1f} | 1.00 | | - | - |",
+    ]
     for voice in dict.fromkeys(voice_of.values()):
         if f"direct_{voice}" in results:
             own = results[f"direct_{voice}"]["x_real_time"]
-            print(f"| {direct}, {voice}'s graphs | {own:.1f} | {own / ceiling:.2f} | 1.00 | - | - |")
+            lines.append(f"| {direct}, {voice}'s graphs | {own:.1f} | {own / ceiling:.2f} | 1.00 | - | - |")
     for key, name in names.items():
         if key in results:
             r = results[key]
             own = results.get(f"direct_{voice_of.get(key)}", {}).get("x_real_time")
             same = f"{r['x_real_time'] / own:.2f}" if own else ""
-            print(
+            lines.append(
                 f"| {name} | {r['x_real_time']:.1f} | {r['x_real_time'] / ceiling:.2f} | {same} "
                 f"| {r['p50_s']:.2f} s | {r['p99_s']:.2f} s |"
             )
+    return "\n".join(lines)
 
 
-def print_coqui(results: dict[str, Any], concurrency: int, family: str) -> None:
-    print(f"\nCoqui {family} (default sizes), concurrency {concurrency}:\n")
-    print("| server | x real time | vs Coqui's server | p50 | p99 |\n|---|---|---|---|---|")
+def coqui_table(results: dict[str, Any], concurrency: int, family: str) -> str:
+    lines = [
+        f"Coqui {family} (default sizes), concurrency {concurrency}:",
+        "",
+        "| server | x real time | vs Coqui's server | p50 | p99 |",
+        "|---|---|---|---|---|",
+    ]
     theirs = results.get("coqui_tts_server")
     rows = [("Coqui tts-server (eager PyTorch)", theirs)] + [
         (f"triton-tts {key.split('_')[3].upper()}, gRPC", r)
@@ -314,7 +326,10 @@ def print_coqui(results: dict[str, Any], concurrency: int, family: str) -> None:
         if r is None:
             continue
         ratio = f"{r['x_real_time'] / theirs['x_real_time']:.2f}" if theirs else "-"
-        print(f"| {name} | {r['x_real_time']:.2f} | {ratio} | {r['p50_s']:.2f} s | {r['p99_s']:.2f} s |")
+        lines.append(
+            f"| {name} | {r['x_real_time']:.2f} | {ratio} | {r['p50_s']:.2f} s | {r['p99_s']:.2f} s |"
+        )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ Input data is a corpus of mixed lengths (short commands, ~150-character sentence
 ~600-character paragraphs) written as perf_analyzer ``--input-data`` JSON. For each
 level it records throughput (requests/s and seconds of audio per second), latency
 percentiles and, from Triton's own statistics, the average executed batch size of every
-model. Writes ``results/perf/`` (JSON, Markdown report, PNG plots; git ignores results/).
+model. Writes ``results/perf/``: perf.json, perf.md (the Markdown table) stamped with date,
+commit and machine (benchmarks/stamp.py), and PNG plots; git ignores results/.
 
     python -m benchmarks.perf                                  # own server, full sweep
     python -m benchmarks.perf --url-grpc localhost:8001 --url-http localhost:8000
@@ -22,7 +23,6 @@ import io
 import json
 import logging
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -30,8 +30,8 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from benchmarks.stamp import stamp, write_report
 from triton_tts.client import TTSClient
-from triton_tts.onnx_session import available_cores
 from triton_tts.testing.sample_texts import PARAGRAPH
 
 log = logging.getLogger("perf")
@@ -160,13 +160,11 @@ def sweep(
     return rows
 
 
-def report(results: dict[str, Any], out: Path) -> str:
+def markdown(results: dict[str, Any]) -> str:
     audio = results["mean_audio_s"]
     lines = [
-        f"# perf_analyzer on `tts` ({results['machine']})",
-        "",
-        f"Corpus: {results['corpus_size']} texts of mixed length, "
-        f"{audio:.2f} s of audio per request on average.",
+        f"perf_analyzer on `tts`, a corpus of {results['corpus_size']} texts of mixed length, "
+        f"{audio:.2f} s of audio per request on average:",
         "",
         "| protocol | mode | level | req/s | x real time | p50 ms | p90 ms | p99 ms "
         "| avg batch acoustic | avg batch vocoder |",
@@ -179,9 +177,7 @@ def report(results: dict[str, Any], out: Path) -> str:
             f"| {r['p99_ms']:.0f} | "
             f"{r['avg_batch']['acoustic']:.2f} | {r['avg_batch']['vocoder']:.2f} |"
         )
-    text = "\n".join(lines) + "\n"
-    (out / "report.md").write_text(text, encoding="utf-8")
-    return text
+    return "\n".join(lines)
 
 
 def plot(results: dict[str, Any], out: Path) -> list[Path]:
@@ -253,13 +249,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             urls = {"grpc": server.grpc_url, "http": server.http_url}
         input_data = write_input_data(args.out / "input_data.json", CORPUS)
         results: dict[str, Any] = {
-            "machine": f"{platform.machine()}, {available_cores()} cores",
+            **stamp(),
             "corpus_size": len(CORPUS),
             "mean_audio_s": mean_audio_seconds(urls["grpc"], CORPUS),
         }
         results["rows"] = sweep(args, urls, urls["http"], input_data)
-    (args.out / "perf.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
-    print(report(results, args.out))
+    write_report(args.out / "perf.json", results, [markdown(results)])
     for path in plot(results, args.out):
         print(f"plot: {path}")
     return results

@@ -8,15 +8,14 @@ to Piper's unsplit graph run directly with onnxruntime in this process as a refe
     python -m benchmarks.rtf --url localhost:8000   # against a running server
     python -m benchmarks.rtf --rounds 1 --concurrency 2   # smoke run
 
-Writes results/rtf.json and prints a Markdown table.
+Writes results/rtf.json and results/rtf.md (a Markdown table), stamped with date, commit and
+machine (benchmarks/stamp.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import platform
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.stamp import stamp, write_report
 from triton_tts.client import TTSClient
 from triton_tts.client.tts_client import Protocol
 from triton_tts.onnx_session import available_cores
@@ -82,6 +82,28 @@ def direct_onnxruntime(rounds: int) -> dict[str, float]:
     return {"rtf": spent / audio, "x_real_time": audio / spent}
 
 
+def markdown(results: dict[str, Any]) -> str:
+    lines = [
+        f"Eight sentences, {results['protocol']}:",
+        "",
+        "| setting | RTF | x real time | p50 latency | p99 latency |",
+        "|---|---|---|---|---|",
+    ]
+    rows = [
+        ("direct onnxruntime, batch 1 (reference)", results["direct_onnxruntime_batch1"]),
+        ("triton-tts, 1 request at a time", results["served_single"]),
+        (
+            f"triton-tts, {results['served_concurrent']['concurrency']} concurrent",
+            results["served_concurrent"],
+        ),
+    ]
+    for name, r in rows:
+        p50 = f"{r['latency_p50_s']:.3f} s" if "latency_p50_s" in r else "-"
+        p99 = f"{r['latency_p99_s']:.3f} s" if "latency_p99_s" in r else "-"
+        lines.append(f"| {name} | {r['rtf']:.4f} | {r['x_real_time']:.1f} | {p50} | {p99} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", help="running server (default: start one on free ports)")
@@ -101,26 +123,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             url = server.grpc_url if args.protocol == "grpc" else server.http_url
         client = stack.enter_context(TTSClient(url, args.protocol))
         client.synthesize(SENTENCES[0])  # connection set-up is not synthesis time
-        results = {
-            "machine": f"{platform.processor() or platform.machine()}, {available_cores()} cores",
+        results: dict[str, Any] = {
+            **stamp(),
             "protocol": args.protocol,
             "direct_onnxruntime_batch1": direct_onnxruntime(args.rounds),
             "served_single": single_stream(client, args.rounds),
             "served_concurrent": concurrent_streams(url, args.protocol, args.concurrency, args.rounds),
         }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2), encoding="utf-8")
-    print(f"\n| setting | RTF | x real time | p50 latency | p99 latency |  ({results['machine']})")
-    print("|---|---|---|---|---|")
-    rows = [
-        ("direct onnxruntime, batch 1 (reference)", results["direct_onnxruntime_batch1"]),
-        ("triton-tts, 1 request at a time", results["served_single"]),
-        (f"triton-tts, {args.concurrency} concurrent", results["served_concurrent"]),
-    ]
-    for name, r in rows:
-        p50 = f"{r['latency_p50_s']:.3f} s" if "latency_p50_s" in r else "-"
-        p99 = f"{r['latency_p99_s']:.3f} s" if "latency_p99_s" in r else "-"
-        print(f"| {name} | {r['rtf']:.4f} | {r['x_real_time']:.1f} | {p50} | {p99} |")
+    write_report(args.out, results, [markdown(results)])
     return results
 
 

@@ -35,15 +35,14 @@ Summary (on the sum of VmRSS; the same for each process and for the sums of PSS 
     python -m benchmarks.soak --url-http host:8000 --url-grpc host:8001   # no memory then
     python -m benchmarks.soak --minutes 0.5 --clients 2 --settle-s 2      # smoke
 
-Writes results/soak.json (stamped with date, git commit and machine) and results/soak.png,
-and prints Markdown tables.
+Writes results/soak.json and results/soak.md (Markdown tables), stamped with date, git commit
+and machine (benchmarks/stamp.py), and results/soak.png.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import logging
 import tempfile
 import threading
@@ -56,7 +55,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from benchmarks.stamp import stamp
+from benchmarks.stamp import stamp, write_report
 from triton_tts.client.tts_client import NO_RETRIES, RequestRejected, RetryPolicy, ServerBusy, TTSClient
 from triton_tts.repository import build_repository, ensure_default_voice
 from triton_tts.server import TritonServer, free_port
@@ -460,15 +459,15 @@ def slope(mib_per_min: float | None) -> str:
     return f"{mib_per_min:+.1f} MiB/min" if mib_per_min is not None else "-"
 
 
-def report(results: dict[str, Any]) -> None:
-    print(
-        f"\nsoak, {results['load_s'] / 60:g} min, {results['clients']} clients "
-        f"({results['machine']}, {results['commit']}, {results['date']}):\n"
-    )
-    print("| kind | ok | busy (expected under load) | unexpected | p50 | p99 |")
-    print("|---|---|---|---|---|---|")
+def tables(results: dict[str, Any]) -> list[str]:
+    requests = [
+        f"soak, {results['load_s'] / 60:g} min, {results['clients']} clients, server: {results['server']}:",
+        "",
+        "| kind | ok | busy (expected under load) | unexpected | p50 | p99 |",
+        "|---|---|---|---|---|---|",
+    ]
     for kind, c in results["requests"].items():
-        print(
+        requests.append(
             f"| {kind} | {c['ok']} | {c['busy']} | {c['unexpected']} "
             f"| {c['p50_s']:.2f} s | {c['p99_s']:.2f} s |"
             if c["ok"]
@@ -476,23 +475,25 @@ def report(results: dict[str, Any]) -> None:
         )
     summary = results["summary"]
     if "total_rss" not in summary:
-        return
-    print(
-        f"\nwarm-up {summary['warmup_s']:.0f} s, medians over {summary['window_s']:.0f} s windows:\n\n"
-        "| process | start | after warm-up | end | growth after warm-up | trend, 2nd half | idle after |\n"
-        "|---|---|---|---|---|---|---|"
-    )
+        return ["\n".join(requests)]
+    memory = [
+        f"warm-up {summary['warmup_s']:.0f} s, medians over {summary['window_s']:.0f} s windows:",
+        "",
+        "| process | start | after warm-up | end | growth after warm-up | trend, 2nd half | idle after |",
+        "|---|---|---|---|---|---|---|",
+    ]
     rows = [
         ("**all (sum of VmRSS)**", summary["total_rss"]),
         ("all (sum of PSS)", summary["total_pss"]),
         ("all (sum of RssAnon)", summary["total_anon"]),
     ]
     for name, row in [*rows, *summary["processes"].items()]:
-        print(
+        memory.append(
             f"| {name} | {fmt(row['start_mib'])} | {fmt(row['after_warmup_mib'])} | {fmt(row['end_mib'])} "
             f"| {pct(row['growth_after_warmup_pct'])} | {slope(row['trend_mib_per_min'])} "
             f"| {fmt(row['idle_after_mib'])} |"
         )
+    return ["\n".join(requests), "\n".join(memory)]
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -586,10 +587,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "summary": summary,
         "samples": samples,
     }
-    args.out.write_text(json.dumps(results, indent=1), encoding="utf-8")
-    image = plot(results, args.out.with_suffix(".png"))
-    report(results)
-    print(f"\n{args.out}, plot: {image}")
+    write_report(args.out, results, tables(results), indent=1)
+    print(f"plot: {plot(results, args.out.with_suffix('.png'))}")
     return results
 
 

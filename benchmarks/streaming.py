@@ -10,15 +10,14 @@ synthesises a 20,000-character text.
         --no-memory                                # a running server, e.g. a GPU node
     python -m benchmarks.streaming --rounds 1 --levels 1 --chapter-chars 2000   # smoke
 
-Writes results/streaming.json and prints Markdown tables.
+Writes results/streaming.json and results/streaming.md (Markdown tables), stamped with date,
+commit and machine (benchmarks/stamp.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import platform
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -28,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.stamp import stamp, write_report
 from triton_tts.client import TTSClient
-from triton_tts.onnx_session import available_cores
 from triton_tts.testing.sample_texts import PARAGRAPH
 
 
@@ -177,7 +176,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         with TTSClient(grpc_url, "grpc") as warm:
             list(warm.stream(PARAGRAPH))
         results: dict[str, Any] = {
-            "machine": f"{platform.machine()}, {available_cores()} cores",
+            **stamp(),
             "paragraph_chars": len(PARAGRAPH),
             "levels": []
             if args.memory_only
@@ -185,28 +184,38 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         }
         if pid is not None and not args.no_memory:  # memory is read from /proc: local servers only
             results["chapter"] = chapter_memory(http_url, pid, args.chapter_chars, args.settle_s)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2), encoding="utf-8")
-    print(f"\n{results['paragraph_chars']}-character paragraph ({results['machine']}):\n")
-    print("| concurrency | first chunk p50 | first chunk p99 | whole, no streaming p50 | p99 |")
-    print("|---|---|---|---|---|")
-    for r in results["levels"]:
-        print(
-            f"| {r['concurrency']} | {r['first_chunk_p50_s']:.2f} s | {r['first_chunk_p99_s']:.2f} s "
-            f"| {r['whole_p50_s']:.2f} s | {r['whole_p99_s']:.2f} s |"
-        )
-    if "chapter" not in results:
-        return results
-    c = results["chapter"]
-    print(
-        f"\n{c['chars']} characters -> {c['audio_s'] / 60:.1f} min of audio in {c['seconds']:.1f} s; "
-        f"server RSS {c['server_rss_before_mib']:.0f} MiB before, peak {c['server_rss_peak_mib']:.0f} MiB, "
-        f"{c['server_rss_after_mib']:.0f} MiB after, {c['server_rss_settled_mib']:.0f} MiB "
-        f"{c['settle_s']:.0f} s later; PSS (shared pages once) {c['server_pss_before_mib']:.0f} -> "
-        f"{c['server_pss_after_mib']:.0f} -> {c['server_pss_settled_mib']:.0f} MiB "
-        f"(the audio itself: {c['audio_mib']:.0f} MiB)"
-    )
+    write_report(args.out, results, tables(results))
     return results
+
+
+def tables(results: dict[str, Any]) -> list[str]:
+    written = []
+    if results["levels"]:
+        lines = [
+            f"{results['paragraph_chars']}-character paragraph, gRPC:",
+            "",
+            "| concurrency | first chunk p50 | first chunk p99 | whole, no streaming p50 | p99 |",
+            "|---|---|---|---|---|",
+        ]
+        for r in results["levels"]:
+            lines.append(
+                f"| {r['concurrency']} | {r['first_chunk_p50_s']:.2f} s | {r['first_chunk_p99_s']:.2f} s "
+                f"| {r['whole_p50_s']:.2f} s | {r['whole_p99_s']:.2f} s |"
+            )
+        written.append("\n".join(lines))
+    if "chapter" in results:
+        c = results["chapter"]
+        written.append(
+            f"One {c['chars']}-character `tts` request: {c['audio_s'] / 60:.1f} min of audio "
+            f"({c['audio_mib']:.0f} MiB) in {c['seconds']:.1f} s. "
+            "Whole server (tritonserver and every stub):\n\n"
+            f"| memory | before | peak | after | {c['settle_s']:.0f} s later |\n|---|---|---|---|---|\n"
+            f"| RSS | {c['server_rss_before_mib']:.0f} MiB | {c['server_rss_peak_mib']:.0f} MiB "
+            f"| {c['server_rss_after_mib']:.0f} MiB | {c['server_rss_settled_mib']:.0f} MiB |\n"
+            f"| PSS (shared pages once) | {c['server_pss_before_mib']:.0f} MiB | - "
+            f"| {c['server_pss_after_mib']:.0f} MiB | {c['server_pss_settled_mib']:.0f} MiB |"
+        )
+    return written
 
 
 if __name__ == "__main__":

@@ -9,23 +9,22 @@ drift of the machine shows as spread rather than as a difference.
     python -m benchmarks.tuning --voice voices/joe --runs 2
     python -m benchmarks.tuning --settings default one-by-two --rounds 1 --runs 1   # smoke
 
-Writes results/tuning.json and prints a Markdown table.
+Writes results/tuning.json and results/tuning.md (a Markdown table), stamped with date, commit
+and machine (benchmarks/stamp.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from benchmarks.loadgen import load, triton_call
+from benchmarks.stamp import stamp, write_report
 from triton_tts import paths
 from triton_tts.model_configs import BuildOptions
-from triton_tts.onnx_session import available_cores
 from triton_tts.repository import build_repository, ensure_default_voice
 from triton_tts.server import TritonServer, free_port
 
@@ -96,8 +95,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     ensure_default_voice(args.voice)
     results: dict[str, Any] = {
-        "machine": f"{platform.machine()}, {available_cores()} cores",
+        **stamp(),
         "voice": args.voice.name,
+        "concurrency": args.concurrency,
         "settings": {name: [] for name in args.settings},
     }
     for _ in range(args.runs):
@@ -105,26 +105,30 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             results["settings"][name].append(
                 measure(args.voice, SETTINGS[name][1], args.concurrency, args.rounds)
             )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2), encoding="utf-8")
-    print(f"\n{args.voice.name}, {results['machine']}, concurrency {args.concurrency}:\n")
-    print(
+    write_report(args.out, results, [markdown(results)])
+    return results
+
+
+def markdown(results: dict[str, Any]) -> str:
+    lines = [
+        f"{results['voice']}, concurrency {results['concurrency']}, one column entry per run:",
+        "",
         "| acoustic and vocoder: instances x threads, batcher | single, x real time "
-        "| concurrent, x real time | p99 | average batch acoustic / vocoder |"
-    )
-    print("|---|---|---|---|---|")
+        "| concurrent, x real time | p99 | average batch acoustic / vocoder |",
+        "|---|---|---|---|---|",
+    ]
     for name, runs in results["settings"].items():
 
         def joined(key: str, field: str, fmt: str, runs: list[dict[str, Any]] = runs) -> str:
             return " / ".join(format(r[key][field], fmt) for r in runs)
 
         batches = " / ".join(f"{r['batch']['acoustic']:.2f}, {r['batch']['vocoder']:.2f}" for r in runs)
-        print(
+        lines.append(
             f"| {SETTINGS[name][0]} | {joined('single', 'x_real_time', '.1f')} "
             f"| {joined('concurrent', 'x_real_time', '.1f')} | {joined('concurrent', 'p99_s', '.2f')} s "
             f"| {batches} |"
         )
-    return results
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

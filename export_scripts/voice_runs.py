@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import onnxruntime as ort
 
+from triton_tts.onnx_session import available_cores, cpu_session
 from triton_tts.stages import AcousticRunner, RunFailed
 from triton_tts.text.normalize import normalize_english
 from triton_tts.text.phonemize import EspeakPhonemizer
@@ -69,7 +69,5 @@ def vocoder_feeds(latent: npt.NDArray[np.float32], speaker: bool) -> dict[str, A
 def run_vocoder(vocoder: Path, items: Latents, speaker: bool) -> Waveforms:
     """The vocoder graph (LATENT -> WAVEFORM, speaker 0 when ``speaker``) on each latent
     alone: batch 1, so items are compared without padding."""
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    session = ort.InferenceSession(str(vocoder), options, providers=["CPUExecutionProvider"])
+    session = cpu_session(vocoder, available_cores())
     return [session.run(["WAVEFORM"], vocoder_feeds(latent, speaker))[0][0] for latent in items]

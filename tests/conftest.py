@@ -48,10 +48,10 @@ def server(voice_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     # Stopped as users stop it (SIGINT, drain, exit): a crash at shutdown fails the session
     # here, by exit code or by its log (tests/test_lifecycle.py shows both are caught).
     assert running.process is not None
-    problems = shutdown_problems(
-        running.process.returncode, log_file.read_text(encoding="utf-8", errors="replace")
-    )
-    assert not problems, f"tritonserver did not stop cleanly ({log_file}): {problems[:5]}"
+    log_text = log_file.read_text(encoding="utf-8", errors="replace")
+    problems = shutdown_problems(running.process.returncode, log_text)
+    stopping = log_text[log_text.rfind("Signal (2) received") :].splitlines()[:30]
+    assert not problems, "tritonserver did not stop cleanly: {}\n{}".format(problems[:5], "\n".join(stopping))
 
 
 @pytest.fixture()

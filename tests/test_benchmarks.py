@@ -4,8 +4,22 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from triton_tts.server import TritonServer
+
+
+def assert_stamped_report(json_path: Path) -> dict[str, Any]:
+    """The benchmark wrote its JSON with date, commit and machine, and beside it its
+    Markdown tables under a first line naming the same three."""
+    saved: dict[str, Any] = json.loads(json_path.read_text(encoding="utf-8"))
+    assert all(saved.get(key) for key in ("date", "commit", "machine")), {k: saved.get(k) for k in saved}
+    lines = json_path.with_suffix(".md").read_text(encoding="utf-8").splitlines()
+    assert all(saved[key] in lines[0] for key in ("date", "commit", "machine")), lines[0]
+    assert any(line.startswith("|---") for line in lines[1:]), "no table under the stamp"
+    return saved
 
 
 def test_perf_analyzer_harness_smoke(server: TritonServer, tmp_path: Path) -> None:
@@ -17,19 +31,19 @@ def test_perf_analyzer_harness_smoke(server: TritonServer, tmp_path: Path) -> No
     assert [r["level"] for r in results["rows"]] == [1, 2]
     assert all(r["requests_per_s"] > 0 and r["p99_ms"] >= r["p50_ms"] for r in results["rows"])
     assert all(set(r["avg_batch"]) >= {"acoustic", "vocoder"} for r in results["rows"])
-    assert (tmp_path / "report.md").read_text(encoding="utf-8").startswith("# perf_analyzer")
+    assert "perf_analyzer on `tts`" in (tmp_path / "perf.md").read_text(encoding="utf-8")
     assert (tmp_path / "throughput_latency.png").stat().st_size > 10_000
-    assert json.loads((tmp_path / "perf.json").read_text(encoding="utf-8"))["mean_audio_s"] > 1
+    assert assert_stamped_report(tmp_path / "perf.json")["mean_audio_s"] > 1
 
 
 def test_rtf_harness_smoke(server: TritonServer, tmp_path: Path) -> None:
     from benchmarks import rtf
 
-    results = rtf.main(
-        ["--url", server.grpc_url, "--rounds", "1", "--concurrency", "2", "--out", str(tmp_path / "rtf.json")]
-    )
+    out = tmp_path / "rtf.json"
+    results = rtf.main(["--url", server.grpc_url, "--rounds", "1", "--concurrency", "2", "--out", str(out)])
     for key in ("direct_onnxruntime_batch1", "served_single", "served_concurrent"):
         assert results[key]["x_real_time"] > 1
+    assert assert_stamped_report(out) == results
 
 
 def test_tuning_harness_smoke(tmp_path: Path) -> None:
@@ -44,7 +58,7 @@ def test_tuning_harness_smoke(tmp_path: Path) -> None:
     assert run["single"]["x_real_time"] > 1 and run["concurrent"]["x_real_time"] > 1
     assert run["concurrent"]["p99_s"] >= run["concurrent"]["p50_s"] > 0
     assert all(size >= 1 for size in run["batch"].values())
-    assert json.loads(out.read_text(encoding="utf-8"))["voice"] == "joe"
+    assert assert_stamped_report(out)["voice"] == "joe"
 
 
 def test_same_graph_ceiling_runs_a_voice_folder(voice_dir: Path) -> None:
@@ -89,6 +103,7 @@ def test_streaming_harness_smoke(server: TritonServer, tmp_path: Path) -> None:
     )  # fmt: skip
     level = results["levels"][0]
     assert 0 < level["first_chunk_p50_s"] <= level["stream_total_p50_s"]
+    assert assert_stamped_report(tmp_path / "streaming.json") == results
 
 
 def test_coqui_stage_benchmark_smoke(tmp_path: Path) -> None:
@@ -96,7 +111,7 @@ def test_coqui_stage_benchmark_smoke(tmp_path: Path) -> None:
 
     out = tmp_path / "stages.json"
     coqui_stages.main(["--family", "vits", "--size", "tiny", "--rounds", "1", "--out", str(out)])
-    rows = json.loads(out.read_text(encoding="utf-8"))["rows"]
+    rows = assert_stamped_report(out)["rows"]
     assert [(r["runtime"], r["precision"]) for r in rows] == [
         ("eager PyTorch", "fp32"),
         ("onnxruntime", "fp32"),
@@ -140,8 +155,7 @@ def test_overload_harness_smoke(server: TritonServer, tmp_path: Path) -> None:
     for r in results["levels"]:
         assert r["ok"] > 0 and r["errors"] == 0 and r["goodput_x_real_time"] > 0
         assert r["accepted_p99_s"] >= r["accepted_p50_s"] > 0 and 0 <= r["refusal_rate"] <= 1
-    saved = json.loads(out.read_text(encoding="utf-8"))
-    assert {"date", "commit", "machine"} <= set(saved)
+    saved = assert_stamped_report(out)
     assert max(r["goodput_of_peak"] for r in saved["levels"]) == 1
     assert out.with_suffix(".png").stat().st_size > 10_000
 
@@ -153,8 +167,7 @@ def test_soak_harness_smoke(tmp_path: Path) -> None:
 
     out = tmp_path / "soak.json"
     soak.main(["--minutes", "2", "--clients", "4", "--settle-s", "2", "--out", str(out)])
-    saved = json.loads(out.read_text(encoding="utf-8"))
-    assert {"date", "commit", "machine"} <= set(saved)
+    saved = assert_stamped_report(out)
     assert len(saved["samples"]) >= 10
     processes = saved["samples"][-1]["processes"]
     assert "tritonserver" in processes and len(processes) > 1  # and the stubs
@@ -166,3 +179,18 @@ def test_soak_harness_smoke(tmp_path: Path) -> None:
     assert summary["total_pss"]["end_mib"] < summary["total_rss"]["end_mib"]  # shared pages once
     assert "tritonserver" in summary["processes"]
     assert out.with_suffix(".png").stat().st_size > 10_000
+
+
+def test_write_report_stamps_json_and_markdown(tmp_path: Path) -> None:
+    from benchmarks.stamp import stamp, write_report
+
+    out = tmp_path / "nested" / "demo.json"
+    results = {**stamp(), "x_real_time": 12.5}
+    md = write_report(out, results, ["caption:\n\n| a |\n|---|\n| 1 |", "| b |\n|---|\n| 2 |\n"])
+    assert md == tmp_path / "nested" / "demo.md"
+    assert assert_stamped_report(out) == results
+    text = md.read_text(encoding="utf-8")
+    assert text.endswith("| 2 |\n") and "| 1 |\n\n| b |" in text  # tables one blank line apart
+    with pytest.raises(ValueError, match="stamp"):
+        write_report(tmp_path / "bare.json", {"x_real_time": 1.0}, [])
+    assert not (tmp_path / "bare.json").exists()

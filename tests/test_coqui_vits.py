@@ -18,6 +18,7 @@ import pytest
 
 from triton_tts.export.coqui.export import export_coqui
 from triton_tts.export.coqui.loading import Loaded, load
+from triton_tts.intelligibility import GateThresholds
 from triton_tts.testing.coqui_checkpoints import build_tts
 from triton_tts.testing.coqui_reference import coqui_ids, coqui_waveform
 from triton_tts.text.normalize import normalize_english
@@ -211,8 +212,13 @@ def test_precisions(vits_speakers: tuple[Loaded, Path], precision: str, tmp_path
 
     loaded, fp32_folder = vits_speakers
     folder = tmp_path / f"vctk-{precision}"
-    voice = export_coqui(loaded, folder, name="vctk", precision=precision)
+    # Random weights: no recogniser follows them, so the gate judges SNR alone here (its WER
+    # side is proven on real weights: tests/test_quantize.py, tests/test_precision_gates.py).
+    gate = GateThresholds(measure_wer=False)
+    voice = export_coqui(loaded, folder, name="vctk", precision=precision, gate=gate)
     assert voice.name == "vctk" and Voice.load(folder) == voice
+    report = json.loads((folder / "quality.json").read_text(encoding="utf-8"))
+    assert report["accepted"] and report["reason"] == "within the SNR floor", report
     vocoder = onnx.load(str(folder / "vocoder.onnx"))
     weights = {init.data_type for init in vocoder.graph.initializer}
     if precision == "fp16":
@@ -224,8 +230,6 @@ def test_precisions(vits_speakers: tuple[Loaded, Path], precision: str, tmp_path
         assert any(node.op_type == "QuantizeLinear" for node in vocoder.graph.node)
         unpadded = onnx.load(str(folder / "vocoder_unpadded.onnx"))  # quantised, masks dropped
         assert any(node.op_type == "QLinearConv" for node in unpadded.graph.node)
-        report = json.loads((folder / "quality.json").read_text(encoding="utf-8"))
-        assert report["passed"] and min(report["snr_db"]) > 5
         atol = 0.2
     ids = coqui_ids(loaded, TEXTS[0])
     (reference,) = synthesize(fp32_folder, [ids], speakers=[1])

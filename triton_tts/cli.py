@@ -5,6 +5,7 @@ triton-tts say "Hello." -o hello.wav  # through a running server (HTTP or gRPC)
 triton-tts export piper --out voices/joe
 triton-tts export coqui --model-name tts_models/en/ljspeech/vits --out voices/ljs
 triton-tts build-repo --voice voices/joe --voice voices/ljs   # several voices; the first is the default
+triton-tts frontend "今天是2024年3月15日。" --language zh   # what the text front-end makes of a text
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from triton_tts.client.cli import (
 from triton_tts.client.tts_client import TTSError
 from triton_tts.model_configs import THREADS, BuildOptions, build_option_fields
 from triton_tts.repository import build_repository, ensure_default_voice
-from triton_tts.server import TritonServer, supervised
+from triton_tts.server import DRAIN_TIMEOUT_S, TritonServer, drain, supervised
 
 ADMIN_KEY_ENV = "TRITON_TTS_ADMIN_KEY"  # default: a fresh random key per start
 
@@ -144,6 +145,37 @@ def cmd_export_piper(args: argparse.Namespace) -> int:
     return 0
 
 
+def _frontend_language(args: argparse.Namespace) -> tuple[str, str]:
+    """(language, tokens): --language, or those of --voice (a folder, or a voice's name in
+    the voices folder), or the default voice's."""
+    from triton_tts.voice import Voice
+
+    if args.language:
+        return str(args.language), "phonemes"
+    if args.voice is None:
+        folder = ensure_default_voice(paths.default_voice_dir())
+    else:
+        folder = Path(args.voice)
+        if not folder.is_dir() and (paths.voices_dir() / args.voice).is_dir():
+            folder = paths.voices_dir() / args.voice
+        if not (folder / "voice.json").is_file():
+            raise UserError(f"no voice folder {args.voice}: give a voice folder or name, or --language")
+    voice = Voice.load(folder)
+    return voice.phonemizer_language, voice.tokens
+
+
+def cmd_frontend(args: argparse.Namespace) -> int:
+    from triton_tts.text.frontend import frontend_for
+
+    frontend = frontend_for(*_frontend_language(args))
+    text = " ".join(args.text)
+    spoken = frontend.normalise(text)
+    print(f"language:      {frontend.language}")
+    print(f"normalised:    {spoken}")
+    print(f"pronunciation: {frontend.pronounce(spoken)}")
+    return 0
+
+
 def _stop_on_signal(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -202,14 +234,40 @@ def _serve(args: argparse.Namespace, server: TritonServer, supervision: ExitStac
         assert server.process is not None
         return server.process.wait()
     except KeyboardInterrupt:
-        print("\nstopping tritonserver...", flush=True)
-        supervision.close()  # the watchdog first: stopping stubs are not to be healed
+        # The watchdog and /ready first: stopping stubs are not to be healed, and the
+        # probes take the pod out of rotation while what is in flight finishes.
+        supervision.close()
+        print("\ndraining: letting tts and tts_stream requests in flight finish...", flush=True)
+        try:
+            left = drain(server, args.drain_timeout)
+        except KeyboardInterrupt:
+            left = None  # a second signal: stop now
+        if left:
+            print(f"{left} request(s) still in flight after {args.drain_timeout:g} s", flush=True)
+        print("stopping tritonserver...", flush=True)
         return server.stop() or 0
     except (RuntimeError, TimeoutError) as err:
         print(f"triton-tts: {err}", file=sys.stderr)
         supervision.close()
         server.stop()
         return 1
+
+
+def _add_inspection_commands(sub: Any, defaults: type[argparse.HelpFormatter]) -> None:
+    """What a server serves (voices), and what the text front-end makes of a text (frontend)."""
+    voices_parser = sub.add_parser("voices", help="list the voices a server serves", formatter_class=defaults)
+    add_connection_arguments(voices_parser)
+    voices_parser.set_defaults(func=voices)
+    frontend = sub.add_parser(
+        "frontend",
+        help="print the normalised text and its pronunciation (offline, no server)",
+        formatter_class=defaults,
+    )
+    frontend.add_argument("text", nargs="+", help="the text (several words are joined with spaces)")
+    chosen = frontend.add_mutually_exclusive_group()
+    chosen.add_argument("--voice", help="voice folder or name (default: the default voice)")
+    chosen.add_argument("--language", help="a language instead of a voice: zh (Mandarin), en-us...")
+    frontend.set_defaults(func=cmd_frontend)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -251,6 +309,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not heal dead Python-backend instances (Triton's model control stays off)",
     )
     serve.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=DRAIN_TIMEOUT_S,
+        help="on Ctrl-C/SIGTERM, seconds to let tts and tts_stream requests in flight finish "
+        "their chunks before Triton stops (a second signal stops at once)",
+    )
+    serve.add_argument(
         "--triton-arg",
         action="append",
         metavar="ARG",
@@ -269,9 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_synth_arguments(synth_parser)
     synth_parser.set_defaults(func=synth)
 
-    voices_parser = sub.add_parser("voices", help="list the voices a server serves", formatter_class=defaults)
-    add_connection_arguments(voices_parser)
-    voices_parser.set_defaults(func=voices)
+    _add_inspection_commands(sub, defaults)
 
     export = sub.add_parser("export", help="export a voice to a voice folder")
     export_sub = export.add_subparsers(dest="family", required=True)

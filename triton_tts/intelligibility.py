@@ -37,16 +37,18 @@ import numpy.typing as npt
 
 ASR_SAMPLE_RATE = 16_000  # the bundled en-US acoustic model's rate
 
-# 0.10 over FP32's own WER: on the 345-word set that is 34 words, so no single misheard
-# word decides. The INT8 vocoder recipe costs about 0.08 on joe (measured 0.14 -> 0.22 at
-# FP32/INT8), a clean FP16 conversion about 0; quantising every layer of joe's vocoder,
-# the first and last included, costs more (0.25) and fails the SNR floor as well.
+# Figures: the 30-sentence set, 2 cores (docs/performance.md, "Precision gate").
+# 0.10 over FP32's own WER: 34 of the set's 345 words, so no single misheard word decides.
+# What the vocoder formats cost on joe (FP32 0.136): FP16 +0.003, the INT8 recipe +0.064.
+# The margin bounds intelligibility only: quantising every layer of joe's vocoder costs
+# +0.099 and of HiFi-GAN V1's +0.093, both inside it; the SNR floor refuses those.
 MAX_WER_INCREASE = 0.10
-# Waveform SNR floors, from what each format can deliver and what a worse recipe gives.
-# FP16 keeps 11 significant bits: a clean conversion measures 50-65 dB (joe's vocoder 65,
-# HiFi-GAN V1 54), so under 40 dB an operator overflowed or lost its range. INT8 noise is
-# far larger: the recipe (convolutions only, input, first upsampler and output layers in
-# FP32) measures 18.5 dB on joe; quantising every layer 16.5 dB.
+# Waveform SNR floors, from what each format can deliver. FP16 keeps 11 significant bits:
+# clean conversions measure 52 dB (HiFi-GAN V1) to 65 dB (joe), so under 40 dB an
+# operator overflowed or lost its range. INT8: the recipe (convolutions only; input,
+# first upsampler and output layers FP32) measures 18.5 dB on joe, every layer quantised
+# 16.5 dB. On HiFi-GAN V1 the same recipe reaches 8.9 dB (every layer: 3.0 dB) and is
+# refused; its WER rises by 0.05, so the floor is a fidelity bar beyond intelligibility.
 MIN_SNR_DB: dict[str, float] = {"fp16": 40.0, "int8": 17.0}
 # Past this WER the recogniser does not follow the FP32 voice (joe: 0.14; random weights:
 # 1.0), so the WER comparison would say nothing: the gate refuses to judge.

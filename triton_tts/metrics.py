@@ -38,7 +38,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +49,7 @@ OUTCOMES = ("ok", "invalid", "busy", "cancelled", "failed")
 @dataclass(frozen=True)
 class Family:
     name: str
-    kind: str  # "COUNTER" or "HISTOGRAM" (pb_utils.MetricFamily's kinds)
+    kind: str  # "COUNTER", "GAUGE" or "HISTOGRAM" (pb_utils.MetricFamily's kinds)
     description: str
     buckets: tuple[float, ...] = ()  # histograms' upper bounds (le); +Inf is implicit
 
@@ -93,8 +94,15 @@ FIRST_CHUNK_SECONDS = Family(
     "tts_stream: seconds from start of work to the first audio sent",
     (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10),
 )
+IN_FLIGHT = Family(
+    "triton_tts_requests_in_flight",
+    "GAUGE",
+    "Requests tts and tts_stream have started and not finished (triton-tts serve waits for 0 "
+    "before it stops Triton, whose stop would refuse their later chunks)",
+)
 FAMILIES = (
     REQUESTS,
+    IN_FLIGHT,
     CHARACTERS,
     AUDIO_SECONDS,
     PROCESSING_SECONDS,
@@ -124,7 +132,11 @@ class TTSMetrics:
     def __init__(self, model: str, instance_name: str, voices: Iterable[str], streaming: bool) -> None:
         import triton_python_backend_utils as pb_utils
 
-        kinds = {"COUNTER": pb_utils.MetricFamily.COUNTER, "HISTOGRAM": pb_utils.MetricFamily.HISTOGRAM}
+        kinds = {
+            "COUNTER": pb_utils.MetricFamily.COUNTER,
+            "GAUGE": pb_utils.MetricFamily.GAUGE,
+            "HISTOGRAM": pb_utils.MetricFamily.HISTOGRAM,
+        }
         # The families must outlive their metrics: a family's Python object clears them all.
         self._families = {
             f: pb_utils.MetricFamily(name=f.name, description=f.description, kind=kinds[f.kind])
@@ -140,6 +152,7 @@ class TTSMetrics:
         self._lock = threading.Lock()
         self._requests = {reason: metric(REQUESTS, reason=reason) for reason in OUTCOMES}
         self._chunks = metric(CHUNKS)
+        self._in_flight = metric(IN_FLIGHT)
         self._voices = {
             voice: _VoiceMetrics(
                 characters=metric(CHARACTERS, voice=voice),
@@ -150,6 +163,17 @@ class TTSMetrics:
             )
             for voice in voices
         }
+
+    @contextmanager
+    def in_flight(self) -> Iterator[None]:
+        """Counts a request in ``triton_tts_requests_in_flight`` while the block runs."""
+        with self._lock:
+            self._in_flight.increment(1)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._in_flight.increment(-1)
 
     def record_ok(
         self, voice: str, characters: int, audio_s: float, processing_s: float, chunks: int

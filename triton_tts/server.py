@@ -19,6 +19,7 @@ import subprocess
 import sys
 import sysconfig
 import time
+import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -314,6 +315,39 @@ def default_voice_server(
             built, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(), log_file=log_file
         ) as server:
             yield server
+
+
+DRAIN_TIMEOUT_S = 30.0  # the chart's grace period covers it, its preStop and Triton's exit
+IN_FLIGHT_METRIC = "triton_tts_requests_in_flight"  # triton_tts.metrics.IN_FLIGHT
+
+
+def requests_in_flight(metrics_url: str) -> int | None:
+    """tts and tts_stream requests started and not finished, summed over instances, from
+    Triton's metrics port; None if it cannot be read."""
+    try:
+        with urllib.request.urlopen(metrics_url, timeout=5) as response:
+            text = response.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(IN_FLIGHT_METRIC + "{"):
+            total += float(line.rsplit(" ", 1)[1])
+    return round(total)
+
+
+def drain(server: TritonServer, timeout_s: float, poll_s: float = 0.2) -> int | None:
+    """Wait until no tts or tts_stream request is in flight (at most ``timeout_s``): Triton's
+    own stop refuses every new inference at once, BLS chunk requests included, so a
+    multi-chunk request in flight would lose its later chunks. Returns what is left in
+    flight (0: drained; None: the count could not be read)."""
+    url = f"http://localhost:{server.metrics_port}/metrics"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = requests_in_flight(url)
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(poll_s)
 
 
 @contextmanager

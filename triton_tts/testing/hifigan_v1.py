@@ -138,7 +138,10 @@ def mel(audio: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         padded, n_fft=N_FFT, hop_length=HOP, win_length=WINDOW, window="hann", center=False
     )
     magnitude = np.sqrt(np.abs(spectrum) ** 2 + 1e-9)
-    return np.log(np.maximum(_mel_basis() @ magnitude, LOG_FLOOR)).astype(np.float32)[None]
+    log_mel: npt.NDArray[np.float32] = np.log(np.maximum(_mel_basis() @ magnitude, LOG_FLOOR)).astype(
+        np.float32
+    )
+    return log_mel[None]
 
 
 def main(argv: list[str] | None = None) -> None:

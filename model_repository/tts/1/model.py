@@ -45,6 +45,10 @@ class TritonPythonModel:
         return [f.result() for f in futures]
 
     def _synthesize(self, request: Any, started: float) -> Any:
+        with self.metrics.in_flight():
+            return self._answer(request, started)
+
+    def _answer(self, request: Any, started: float) -> Any:
         rid = request_id(request)
         try:
             cancellation = Cancellation(request.is_cancelled, request.timeout())

@@ -76,6 +76,10 @@ class TritonPythonModel:
             self.streams.submit(self._stream, request, time.monotonic())
 
     def _stream(self, request: Any, started: float) -> None:
+        with self.metrics.in_flight():
+            self._send_chunks(request, started)
+
+    def _send_chunks(self, request: Any, started: float) -> None:
         sender = request.get_response_sender()
         sent_final = False
         sent, samples = 0, 0
@@ -112,11 +116,13 @@ class TritonPythonModel:
             if not sent_final and not gone:
                 sender.send(error_response(self.errors, rid, err))
         finally:
-            if not sent_final:
-                sender.send(flags=FINAL)
-            with self.lock:
-                self.active -= 1
-                self.lock.notify_all()
+            try:
+                if not sent_final:
+                    sender.send(flags=FINAL)
+            finally:  # a send that raised must not keep the stream counted (finalize waits on it)
+                with self.lock:
+                    self.active -= 1
+                    self.lock.notify_all()
 
     def finalize(self) -> None:
         with self.lock:
