@@ -112,7 +112,7 @@ bench: setup bench-peers
 
 bench-peers: .bench/piper/bin/python .bench/coqui/bin/tts-server
 
-# Memory under mixed traffic for 30 minutes (--minutes), own server: results/soak.json + .png.
+# Memory under mixed traffic for 30 minutes (--minutes), own server: results/soak.json, .md, .png.
 soak: setup
 	$(BIN)/python -m benchmarks.soak
 
