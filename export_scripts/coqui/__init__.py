@@ -24,7 +24,7 @@ The modules, each importing only the ones above it:
   FastPitch / FastSpeech2 / Glow-TTS wrappers share.
 - :mod:`.registry`: the supported families and how each is exported.
 - :mod:`.voice_description`: voice.json's facts, read from Coqui's tokenizer and configs.
-- :mod:`.precision`: fp16 and int8 variants of an exported voice.
+- :mod:`.precision`: fp16 and int8 variants of an exported voice, through the precision gate.
 - :mod:`.export`: the whole export of one loaded model; :mod:`.cli`: the command.
 
 Export uses torch's legacy TorchScript-based exporter at opset 17. Random-weight
