@@ -35,7 +35,6 @@ from triton_tts.testing.sample_texts import PARAGRAPH, SENTENCES
 # have in flight plus one direct tts_chunk request (BuildOptions.stage_queue_size).
 TINY = BuildOptions(long_text_instances=1, long_text_queue_size=1, max_streams=1, chunk_queue_size=1)
 FLOOD = 6
-REFUSED_WITHIN_S = 0.5  # a refusal does no work: milliseconds here, on a loaded machine too
 PATIENT = RetryPolicy(attempts=40, base_delay_s=0.1, max_delay_s=1.0)
 SHORT = " ".join(SENTENCES[:3])
 
@@ -116,7 +115,8 @@ def test_tts_refuses_beyond_its_queue_at_once(tiny: TritonServer, protocol: str)
     outcomes = flood(FLOOD, call)
     bound = TINY.long_text_instances + TINY.long_text_queue_size
     refused = refusals(outcomes, "503" if protocol == "http" else "StatusCode.UNAVAILABLE", bound)
-    assert max(refused) < REFUSED_WITHIN_S, outcomes
+    # refused at once: before any admitted request, which synthesises, has its answer
+    assert max(refused) < min(seconds for status, _, seconds in outcomes if status == "ok"), outcomes
 
 
 def test_tts_chunk_is_bounded_by_its_stages(tiny: TritonServer) -> None:
@@ -134,7 +134,8 @@ def test_tts_chunk_is_bounded_by_its_stages(tiny: TritonServer) -> None:
     assert all("tts_chunk" in message for _, message, _ in outcomes if message)
     # Most at preprocess, at once; one that passed it and found acoustic's queue full came
     # back after the phonemes (seen: 0.7 s once of ~30, on a loaded machine).
-    assert sorted(refused)[len(refused) // 2] < REFUSED_WITHIN_S, outcomes
+    answered = min(seconds for status, _, seconds in outcomes if status == "ok")
+    assert sorted(refused)[len(refused) // 2] < answered, outcomes
 
 
 def stream_outcome(

@@ -21,7 +21,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.helpers import tts_inputs
+from tests.helpers import tts_inputs, wait_until
 from triton_tts.repository import build_repository
 from triton_tts.server import TritonServer, free_port, supervised
 from triton_tts.watchdog import ADMIN_HEADER, Watchdog, model_of, stub_instances
@@ -97,19 +97,19 @@ def test_a_killed_instance_heals_and_readiness_tells(healing, instance: str) -> 
     for worker in workers:
         worker.start()
     try:
-        time.sleep(1.0)
+        wait_until(lambda: len(outcomes) >= 2, 120, "traffic before the kill")
         assert server.process is not None
         victim = stub_instances(server.process.pid)[instance]
         heals_before = len(watchdog.heals)
         killed = time.monotonic()
         os.kill(victim, signal.SIGKILL)
-        time.sleep(0.1)
-        assert health(health_port) == 503  # never ready while an instance is dead
+        # never ready while an instance is dead (healing takes seconds; this sees it first)
+        wait_until(lambda: health(health_port) == 503, 10, "/ready to report the dead instance")
         while health(health_port) != 200:
             assert time.monotonic() - killed < HEAL_WITHIN_S, "not healed in time"
             time.sleep(0.2)
         healed = time.monotonic()
-        time.sleep(2.0)
+        wait_until(lambda: sum(at >= healed for at, _ in outcomes) >= 4, 120, "traffic after the heal")
     finally:
         stop.set()
         for worker in workers:
