@@ -32,7 +32,7 @@ from triton_tts.voice import Voice
 
 
 class _Accepted(NamedTuple):
-    index: int  # in the batch
+    position: int  # in the batch
     request_id: str
     scales: npt.NDArray[np.float32]  # (noise_scale, length_scale, noise_w)
     speaker: int
@@ -81,9 +81,9 @@ class TritonPythonModel:
             accepted.append(item)
         for item, phonemes in zip(accepted, self.phonemizer.symbols(texts, self.voice.tokens), strict=True):
             try:
-                responses[item.index] = self._ids_response(item, phonemes)
+                responses[item.position] = self._ids_response(item, phonemes)
             except InvalidRequest as err:
-                responses[item.index] = self.errors.invalid(item.request_id, str(err))
+                responses[item.position] = self.errors.invalid(item.request_id, str(err))
         return responses
 
     def _ids_response(self, item: _Accepted, phonemes: str) -> Any:
