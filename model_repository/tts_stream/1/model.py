@@ -36,6 +36,7 @@ from triton_tts.errors import RequestErrors, request_id
 from triton_tts.metrics import TTSMetrics
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+FINALIZE_WAIT_S = 10.0  # under serve's --exit-timeout-secs (20 s)
 # Clients recognise a refusal by "server busy" (a stream's error carries no status code).
 BUSY = "server busy: {} streams in progress, the most tts_stream takes at once; retry shortly"
 
@@ -125,7 +126,13 @@ class TritonPythonModel:
                     self.lock.notify_all()
 
     def finalize(self) -> None:
+        # serve drains streams before it stops Triton (triton_tts.server.drain); what is left
+        # gets a bounded wait, shorter than Triton's exit timeout, so that one stuck stream
+        # cannot hold the unload (and the server's exit) past it.
         with self.lock:
-            self.lock.wait_for(lambda: self.active == 0, timeout=60)
-        self.streams.shutdown(wait=True)
-        self.chunks.shutdown(wait=True, cancel_futures=True)
+            drained = self.lock.wait_for(lambda: self.active == 0, timeout=FINALIZE_WAIT_S)
+            left = self.active
+        if not drained:
+            pb_utils.Logger.log_warn(f"tts_stream: unloading with {left} stream(s) still running")
+        self.streams.shutdown(wait=drained, cancel_futures=True)
+        self.chunks.shutdown(wait=drained, cancel_futures=True)
