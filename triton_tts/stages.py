@@ -72,7 +72,6 @@ class RunFailed:
 
 
 RunnerT = TypeVar("RunnerT", bound="_Runner")
-VocoderT = TypeVar("VocoderT", bound="VocoderRunner")
 
 
 class _Runner:
@@ -101,7 +100,13 @@ class _Runner:
             settings.threads,
             settings.int_parameter("max_items_per_run"),
             settings.int_parameter(cls.PADDED_PARAMETER),
+            **cls.settings_arguments(settings),
         )
+
+    @classmethod
+    def settings_arguments(cls, settings: StageSettings) -> dict[str, Any]:
+        """What a runner kind reads from its config beyond the common parameters."""
+        return {}
 
     def run_options(self, padded_size: int) -> ort.RunOptions | None:
         return self._shrink if padded_size > self.SHRINK_ABOVE else None
@@ -191,14 +196,8 @@ class VocoderRunner(_Runner):
         log.info("vocoder %s: window context %s frames", onnx_path, self.window_context)
 
     @classmethod
-    def from_settings(cls: type[VocoderT], settings: StageSettings) -> VocoderT:
-        return cls(
-            settings.onnx_path,
-            settings.threads,
-            settings.int_parameter("max_items_per_run"),
-            settings.int_parameter(cls.PADDED_PARAMETER),
-            latent_channels=settings.int_parameter("latent_channels", 0) or None,
-        )
+    def settings_arguments(cls, settings: StageSettings) -> dict[str, Any]:
+        return {"latent_channels": settings.int_parameter("latent_channels", 0) or None}
 
     def _run_one(self, latent: FloatArray, speaker: int) -> FloatArray:
         """One item [1, C, frames] -> [1, frames x hop], without padding."""
