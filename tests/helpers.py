@@ -3,6 +3,7 @@ hand-worked chunk counts, and how a crashed tritonserver shows."""
 
 from __future__ import annotations
 
+import queue
 import re
 import time
 import urllib.request
@@ -153,3 +154,35 @@ def export_random_coqui_voice(
         loaded.tts.decoder.max_decoder_steps = loaded.tts.config.max_decoder_steps = TACOTRON_STEPS
     export_coqui(loaded, folder)
     return loaded
+
+
+def stream_raw(url: str, text: str, **scalars: Any) -> tuple[list[dict[str, Any]], list[str]]:
+    """tts_stream as a user calls it with plain tritonclient: every response, in arrival order."""
+    client = grpcclient.InferenceServerClient(url)
+    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    chunks, errors = [], []
+    try:
+        client.async_stream_infer(
+            "tts_stream", tts_inputs(grpcclient, text, **scalars), enable_empty_final_response=True
+        )
+        while True:
+            result, error = answers.get(timeout=300)
+            if error is not None:
+                errors.append(error.message())
+                continue
+            response = result.get_response()
+            if response.outputs:
+                chunks.append(
+                    {
+                        "audio": result.as_numpy("AUDIO").reshape(-1),
+                        "rate": int(result.as_numpy("SAMPLE_RATE").reshape(-1)[0]),
+                        "index": int(result.as_numpy("CHUNK_INDEX").reshape(-1)[0]),
+                        "last": bool(result.as_numpy("IS_LAST").reshape(-1)[0]),
+                    }
+                )
+            if response.parameters["triton_final_response"].bool_param:
+                return chunks, errors
+    finally:
+        client.stop_stream()
+        client.close()

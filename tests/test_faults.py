@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import os
-import queue
 import shutil
 import subprocess
 import sys
@@ -16,10 +15,16 @@ from typing import Any
 
 import numpy as np
 import pytest
-import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from tests.helpers import DETERMINISTIC, metric_total, model_counts, paragraph_chunks, tts_inputs, wait_until
+from tests.helpers import (
+    DETERMINISTIC,
+    metric_total,
+    model_counts,
+    paragraph_chunks,
+    stream_raw,
+    wait_until,
+)
 from triton_tts.metrics import REQUESTS
 from triton_tts.repository import build_repository
 from triton_tts.server import TritonServer, free_port
@@ -141,27 +146,8 @@ answers.get(timeout=300)
 
 def stream(url: str, text: str) -> tuple[list[Any], list[str]]:
     """One tts_stream over its own gRPC channel: audio chunks and errors, in arrival order."""
-    client = grpcclient.InferenceServerClient(url)
-    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
-    client.start_stream(callback=lambda result, error: answers.put((result, error)))
-    client.async_stream_infer(
-        "tts_stream", tts_inputs(grpcclient, text, **DETERMINISTIC), enable_empty_final_response=True
-    )
-    chunks: list[Any] = []
-    errors: list[str] = []
-    while True:
-        result, error = answers.get(timeout=300)
-        if error is not None:
-            errors.append(error.message())
-            continue
-        response = result.get_response()
-        if response.outputs:
-            chunks.append(result.as_numpy("AUDIO").reshape(-1))
-        if response.parameters["triton_final_response"].bool_param:
-            break
-    client.stop_stream()
-    client.close()
-    return chunks, errors
+    chunks, errors = stream_raw(url, text, **DETERMINISTIC)
+    return [c["audio"] for c in chunks], errors
 
 
 def test_a_client_that_vanishes_mid_stream_does_not_disturb_the_others(

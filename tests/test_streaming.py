@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import itertools
-import queue
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 import soundfile as sf
-import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.helpers import (
@@ -21,8 +18,8 @@ from tests.helpers import (
     metric_total,
     model_counts,
     paragraph_chunks,
+    stream_raw,
     synthesize,
-    tts_inputs,
     wait_until,
 )
 from triton_tts.chunking import split_text
@@ -34,38 +31,6 @@ from triton_tts.testing.sample_texts import PARAGRAPH
 from triton_tts.text.normalize import normalize_english
 
 JOIN_ATOL = 2e-4  # chunks batch with different neighbours in the two runs: rounding only
-
-
-def stream_raw(url: str, text: str, **scalars: Any) -> tuple[list[dict[str, Any]], list[str]]:
-    """tts_stream as a user calls it with plain tritonclient: every response, in arrival order."""
-    client = grpcclient.InferenceServerClient(url)
-    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
-    client.start_stream(callback=lambda result, error: answers.put((result, error)))
-    chunks, errors = [], []
-    try:
-        client.async_stream_infer(
-            "tts_stream", tts_inputs(grpcclient, text, **scalars), enable_empty_final_response=True
-        )
-        while True:
-            result, error = answers.get(timeout=300)
-            if error is not None:
-                errors.append(error.message())
-                continue
-            response = result.get_response()
-            if response.outputs:
-                chunks.append(
-                    {
-                        "audio": result.as_numpy("AUDIO").reshape(-1),
-                        "rate": int(result.as_numpy("SAMPLE_RATE").reshape(-1)[0]),
-                        "index": int(result.as_numpy("CHUNK_INDEX").reshape(-1)[0]),
-                        "last": bool(result.as_numpy("IS_LAST").reshape(-1)[0]),
-                    }
-                )
-            if response.parameters["triton_final_response"].bool_param:
-                return chunks, errors
-    finally:
-        client.stop_stream()
-        client.close()
 
 
 def test_chunks_arrive_in_order_and_join_into_the_whole_audio(server: TritonServer, http) -> None:

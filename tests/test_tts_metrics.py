@@ -12,8 +12,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.helpers import PARAGRAPH_CHUNKS, model_counts, synthesize
-from tests.test_streaming import stream_raw
+from tests.helpers import PARAGRAPH_CHUNKS, model_counts, stream_raw, synthesize
 from triton_tts.metrics import (
     AUDIO_SECONDS,
     CHARACTERS,
