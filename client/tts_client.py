@@ -32,6 +32,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 
+import grpc
 import numpy as np
 import numpy.typing as npt
 import soundfile as sf
@@ -242,6 +243,29 @@ def _voices(config: dict[str, Any]) -> list[VoiceInfo]:
     ]
 
 
+# After a stream's request is refused, how long its final flag may take to follow. A stream
+# is closed only after that flag: Triton 2.51's gRPC frontend can leave a request's state
+# behind when a cancellation races the request's final response, and the model it names
+# then never unloads (the server's exit times out). A stream the caller leaves early is
+# still cancelled: that is the caller's intent, and the race is the server's to lose.
+STREAM_END_WAIT_S = 5.0
+
+
+async def _stream_ends(responses: Any) -> bool:
+    """Read the rest of an asyncio stream call whose request has ended; True if the server
+    ended the call within STREAM_END_WAIT_S."""
+
+    async def rest() -> None:
+        async for _ in responses:
+            pass
+
+    try:
+        await asyncio.wait_for(rest(), STREAM_END_WAIT_S)
+    except (asyncio.TimeoutError, grpc.RpcError):
+        return False
+    return True
+
+
 def _stream_error(error: InferenceServerException, url: str) -> TTSError:
     # An error response inside a stream carries only the server's message: the server
     # answered and refused this request (for load, or for what it asked).
@@ -393,6 +417,7 @@ class TTSClient(_Settings):
         answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
         self._client.start_stream(callback=lambda result, error: answers.put((result, error)))
         finished = False
+        refusal: TTSError | None = None
         try:
             self._client.async_stream_infer(
                 self.stream_model,
@@ -401,18 +426,28 @@ class TTSClient(_Settings):
                 enable_empty_final_response=True,
             )
             while True:
+                wait = self.timeout_s if refusal is None else min(self.timeout_s, STREAM_END_WAIT_S)
                 try:
-                    result, error = answers.get(timeout=self.timeout_s)
+                    result, error = answers.get(timeout=wait)
                 except queue.Empty:
+                    if refusal is not None:
+                        raise refusal from None
                     raise TimedOut(f"no audio from {self.url} within {self.timeout_s:g} s") from None
                 if error is not None:
-                    raise _stream_error(error, self.url)
+                    if error.status():  # the call itself failed: nothing more will come
+                        raise _stream_error(error, self.url)
+                    # The server refused the request, and the final flag that ends it follows:
+                    # read it before closing (see STREAM_END_WAIT_S).
+                    refusal = refusal or _stream_error(error, self.url)
+                    continue
                 response = result.get_response()
                 final = response.parameters["triton_final_response"].bool_param
-                if response.outputs:
+                if response.outputs and refusal is None:
                     yield _chunk(result)
                 if final:
                     finished = True
+                    if refusal is not None:
+                        raise refusal
                     return
         finally:
             self._client.stop_stream(cancel_requests=not finished)
@@ -497,14 +532,22 @@ class AsyncTTSClient(_Settings):
                 "outputs": [grpcaio.InferRequestedOutput(n) for n in STREAM_OUTPUTS],
             }
 
+        # The request stream ends after this one request (a half-close), so the server ends
+        # the call once the request's final flag is sent; the call is cancelled only when
+        # the caller leaves early or the server does not end it (see STREAM_END_WAIT_S).
         responses = self._client.stream_infer(requests(), stream_timeout=self.timeout_s)
+        ended = False
         try:
             async for result, error in responses:
                 if error is not None:
+                    ended = await _stream_ends(responses)
                     raise _stream_error(error, self.url)
                 chunk = _chunk(result)
                 yield chunk
                 if chunk.is_last:
+                    ended = await _stream_ends(responses)
                     return
+            ended = True
         finally:
-            responses.cancel()
+            if not ended:
+                responses.cancel()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import traceback
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -77,8 +78,13 @@ class TritonPythonModel:
             self.streams.submit(self._stream, request, time.monotonic())
 
     def _stream(self, request: Any, started: float) -> None:
-        with self.metrics.in_flight():
-            self._send_chunks(request, started)
+        try:
+            with self.metrics.in_flight():
+                self._send_chunks(request, started)
+        except BaseException:  # a pool thread's exception is kept in its Future, unread: log it
+            failure = traceback.format_exc()
+            pb_utils.Logger.log_error(f"tts_stream: stream {request_id(request)} failed:\n{failure}")
+            raise
 
     def _send_chunks(self, request: Any, started: float) -> None:
         sender = request.get_response_sender()
