@@ -293,6 +293,48 @@ def test_a_crash_at_shutdown_is_caught(tmp_path: Path, on_finalize: str, expecte
     assert problems[: len(expected)] == expected, problems
 
 
+def test_refused_streams_leave_nothing_to_hold_the_exit(voice_dir: Path, tmp_path: Path) -> None:
+    """Our clients close a refused stream after its final flag. They used to cancel it at
+    once; that raced the final response, Triton 2.51's gRPC frontend then kept the
+    request's state, and tts_stream never unloaded: the exit timed out (three rounds of
+    these streams did it every time here). Sync and asyncio clients, concurrently."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from triton_tts.client import AsyncTTSClient, TTSClient, TTSError
+    from triton_tts.server import default_voice_server
+
+    texts = ["Said in full.", "... ,,, !!!", "." * 50, "?! -- ;;"] * 4
+    log = tmp_path / "tritonserver.log"
+
+    def outcome(text: str, url: str) -> str:
+        with TTSClient(url, "grpc") as client:
+            try:
+                return "audio" if list(client.stream(text)) else "nothing"
+            except TTSError as err:
+                return str(err)
+
+    async def async_outcome(text: str, url: str) -> str:
+        async with AsyncTTSClient(url, "grpc") as client:
+            try:
+                return "audio" if [c async for c in client.stream(text)] else "nothing"
+            except TTSError as err:
+                return str(err)
+
+    async def async_round(url: str) -> list[str]:
+        return list(await asyncio.gather(*(async_outcome(t, url) for t in texts)))
+
+    with default_voice_server(tmp_path / "repo", log, voice_dir) as server:
+        for _ in range(3):
+            with ThreadPoolExecutor(4) as pool:
+                said = list(pool.map(lambda t: outcome(t, server.grpc_url), texts))
+            said += asyncio.run(async_round(server.grpc_url))
+            assert said.count("audio") == 2 * texts.count("Said in full.")
+            assert all(s == "audio" or "nothing the voice can pronounce" in s for s in said), said
+    assert server.process is not None
+    assert not shutdown_problems(server.process.returncode, log.read_text(encoding="utf-8"))
+
+
 def test_metrics_count_ensemble_requests(server: TritonServer, http) -> None:
     synthesize(http, "Counted by Prometheus.")
     with urllib.request.urlopen(f"http://localhost:{server.metrics_port}/metrics", timeout=10) as response:
