@@ -284,3 +284,47 @@ def test_cli_as_a_command() -> None:
     shown = _lines(done.stdout)
     assert shown["normalised"] == "不是一点五倍"
     assert shown["pronunciation"] == "bu2 shi4 yi1 dian2 wu3 bei4"
+
+
+# --- Baker-corpus symbols (pinyin-baker voices) ----------------------------------------------
+
+# A Baker voice's table for the syllables below (voice.json "syllables"; zero initials are "^").
+BAKER_SYLLABLES = {
+    "jin": ["j", "in"], "tian": ["t", "ian"], "hen": ["h", "en"], "hao": ["h", "ao"],
+    "wo": ["^", "uo"], "men": ["m", "en"], "en": ["^", "en"], "hua": ["h", "ua"],
+    "er": ["^", "er"], "nv": ["n", "v"], "yi": ["^", "i"], "ge": ["g", "e"], "bu": ["b", "u"],
+    "shi": ["sh", "iii"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # one initial and one toned final per character, #0 between characters
+        ("今天", "j in1 #0 t ian1"),
+        # third-tone sandhi reaches the symbols: 很好 hén hǎo
+        ("很好", "h en2 #0 h ao3"),
+        # a comma inside the text is the corpus's phrase break #3, not a #0
+        ("我们，很好", "^ uo3 #0 m en5 #3 h en2 #0 h ao3"),
+        # 嗯 (pypinyin "n") is "en" in the corpus; pauses at the edges say nothing
+        ("，嗯。", "^ en2"),
+        # 一 before a fourth tone is yí: 一个 yí gè; 不是 bú shì
+        ("一个", "^ i2 #0 g e4"),
+        ("不是", "b u2 #0 sh iii4"),
+        # 儿 is its own syllable, with its initial-less final: 女儿 nǚ ér
+        ("女儿", "n v3 #0 ^ er2"),
+        # Latin words and emoji say nothing in a voice trained on Chinese only
+        ("OK 很好 🙂", "h en2 #0 h ao3"),
+        ("Hello!", ""),
+    ],
+)
+def test_baker_symbols(text: str, expected: str) -> None:
+    from triton_tts.text.chinese import baker_symbols
+
+    assert " ".join(baker_symbols(pinyin(normalise_chinese(text)), BAKER_SYLLABLES)) == expected
+
+
+def test_a_syllable_the_voice_lacks_says_nothing() -> None:
+    from triton_tts.text.chinese import baker_symbols
+
+    assert baker_symbols(["xyz1", "hao3"], BAKER_SYLLABLES) == ["h", "ao3"]

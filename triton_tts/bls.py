@@ -36,7 +36,7 @@ from triton_tts.config_parameters import string_parameters
 from triton_tts.errors import RequestErrors
 from triton_tts.limits import TOO_LONG, ChunkLimits, chunk_scale
 from triton_tts.request_options import read_options, read_text
-from triton_tts.text.normalize import normalize_english
+from triton_tts.text.frontend import frontend_for
 from triton_tts.validation import MAX_LONG_TEXT_CHARS, InvalidRequest, NothingToSay, pronounceable
 
 # Inputs sent on with every chunk as the client sent them (VOICE chose the ensemble).
@@ -108,6 +108,10 @@ class ServedVoice:
     num_speakers: int
     model: str
     limits: ChunkLimits
+    language: str = "en-us"  # picks the normaliser (triton_tts/text/frontend.py)
+
+    def normalise(self, text: str) -> str:
+        return frontend_for(self.language).normalise(text)
 
     @classmethod
     def all_from_parameters(cls, params: dict[str, str]) -> list[ServedVoice]:
@@ -118,6 +122,7 @@ class ServedVoice:
                 max(1, len(v["speakers"])),
                 v["model"],
                 ChunkLimits.from_json(json.dumps(v["chunk_limits"])),
+                v.get("language", "en-us"),
             )
             for v in json.loads(params["voices"])
         ]
@@ -158,7 +163,7 @@ def read_request(request: Any, settings: LongTextSettings, request_id: str) -> L
     text = read_text(request, MAX_LONG_TEXT_CHARS)
     options = read_options(request, settings.speakers)
     voice = settings.voice(options.voice)
-    spoken = normalize_english(text) if options.normalize else text
+    spoken = voice.normalise(text) if options.normalize else text
     if not pronounceable(spoken):
         raise NothingToSay()
     plan = settings.plan.scaled(chunk_scale(voice.limits, options.speed, options.noise_w))

@@ -9,7 +9,7 @@ sentence, or its first clauses up to ``first_chars``) so the first audio arrives
 over-long sentences are split at clause punctuation, then at spaces. The rules, each
 pinned by tests/test_chunking.py: a sentence ends at ". ! ? …" before whitespace and a
 word that is not lower-case, but not after a title ("Dr."), an initial ("J.") or a list
-number ("1."); at "。！？" of CJK text; at a blank line; and before a list item's line.
+number ("1."); at "。！？；" of CJK text; at a blank line; and before a list item's line.
 Joining: each chunk gets a short raised-cosine fade in and out, so no click is
 heard where two waveforms meet; the natural pause VITS puts at a sentence end remains.
 """
@@ -32,12 +32,12 @@ MIN_CHUNK_CHARS = 16  # scaled plans never pack below this
 
 # Sentence ends. ". ! ? …" end a sentence only before whitespace, the end of the text or a
 # CJK character (CJK text has no spaces; the normaliser turns "！？" into "!?"), so "3.14",
-# "example.com" and "v1.2" stay whole; the full-width "。！？" end one anywhere. Closing
+# "example.com" and "v1.2" stay whole; the full-width "。！？；" end one anywhere. Closing
 # quotes and brackets after the end stay with their sentence.
 _CJK = "\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff"  # CJK ideographs, kana, hangul
 _CJK_CHARACTER = re.compile(f"[{_CJK}]")
 _CLOSERS = "\"'”’»)]}」』）】〕〉》"
-_CJK_ENDS = "。！？"
+_CJK_ENDS = "。！？；"  # the full-width semicolon ends a clause a reader pauses at
 _END = re.compile(rf"(?P<marks>[.!?…{_CJK_ENDS}]+)[{re.escape(_CLOSERS)}]*")
 _WORD_BEFORE = re.compile(r"\S*\Z")
 _OPENERS = "\"'“‘«([{「『（【"

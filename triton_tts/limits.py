@@ -47,6 +47,17 @@ CALIBRATION_TEXTS = (
     "Yes. No. Maybe. Stop. Go. Wait. Now. Here. There.",
     "On 12/25/2024 at 3:45 PM, the total was $1,234.56, or 78% of the budget.",
 )
+# The same for Mandarin voices, before normalisation: prose, and the slowest per id we
+# know (interjections, digits read one by one, numbers, short sentences).
+CALIBRATION_TEXTS_CHINESE = (
+    "今天天气很好，我们一起去公园散步，顺便买一些水果回家。",
+    "请稍等，我马上为您转接到下一位有空的客服人员。",
+    "嗯……啊，哦！唉？好吧；嗯，行。",
+    "我的电话是13812345678，编号是00123。",
+    "一二三四五六七八九十，甲乙丙丁。",
+    "2024年3月15日下午3:45，总价是¥1234.56，占预算的78%。",
+    "是。不。也许。停。走。等等。现在。这里。那里。",
+)
 TOO_LONG = "TEXT is too long for one chunk"
 CACHE_FILE = "chunk_limits.json"  # in the voice folder, next to the graph it was measured on
 
@@ -124,7 +135,10 @@ def frame_budget(sample_rate: int, hop_length: int, seconds: float = MAX_CHUNK_S
 
 
 def from_measurements(
-    max_frames: int, measured: Sequence[tuple[float, int, int]], margin: float = MARGIN
+    max_frames: int,
+    measured: Sequence[tuple[float, int, int]],
+    margin: float = MARGIN,
+    max_ids: int = MAX_CHUNK_IDS,
 ) -> ChunkLimits:
     """measured: (NOISE_W, phoneme ids, frames at speed 1) per run."""
     envelope: list[tuple[float, float]] = []
@@ -132,7 +146,7 @@ def from_measurements(
         worst = round(margin * max(frames / ids for ww, ids, frames in measured if ww == w), 3)
         # more duration noise never makes the worst case shorter
         envelope.append((w, max(worst, envelope[-1][1]) if envelope else worst))
-    return ChunkLimits(MAX_CHUNK_IDS, max_frames, tuple(envelope))
+    return ChunkLimits(max_ids, max_frames, tuple(envelope))
 
 
 def calibrate(voice_dir: Path) -> ChunkLimits:
@@ -141,10 +155,13 @@ def calibrate(voice_dir: Path) -> ChunkLimits:
 
     voice = Voice.load(voice_dir)
     budget = frame_budget(voice.sample_rate, voice.hop_length)
+    if voice.max_frames:  # the graph's own bound (a position table, say)
+        budget = min(budget, voice.max_frames // FRAME_MULTIPLE * FRAME_MULTIPLE)
+    max_ids = min(MAX_CHUNK_IDS, voice.max_acoustic_ids or MAX_CHUNK_IDS)
     if voice.acoustic_kind != "single":
         return decoder_bound(voice, voice_dir, budget)
     graph = (voice_dir / ACOUSTIC_FILE).stat()
-    key = f"{graph.st_size}:{graph.st_mtime_ns}:{MARGIN}:{budget}:{len(CALIBRATION_TEXTS)}"
+    key = f"{graph.st_size}:{graph.st_mtime_ns}:{MARGIN}:{budget}:{max_ids}:{len(CALIBRATION_TEXTS)}"
     cache = voice_dir / CACHE_FILE
     try:
         cached = json.loads(cache.read_text(encoding="utf-8"))
@@ -152,7 +169,7 @@ def calibrate(voice_dir: Path) -> ChunkLimits:
             return ChunkLimits.from_json(json.dumps(cached["limits"]))
     except (OSError, ValueError, KeyError):
         pass
-    limits = from_measurements(budget, measure(voice, voice_dir))
+    limits = from_measurements(budget, measure(voice, voice_dir), max_ids=max_ids)
     with contextlib.suppress(OSError):  # a read-only voice folder: measure again next time
         cache.write_text(json.dumps({"key": key, "limits": json.loads(limits.to_json())}), encoding="utf-8")
     return limits
@@ -163,14 +180,15 @@ def measure(voice: object, voice_dir: Path) -> list[tuple[float, int, int]]:
     import numpy as np
 
     from triton_tts.stages import AcousticRunner, RunFailed
-    from triton_tts.text.normalize import normalize_english
-    from triton_tts.text.phonemize import EspeakPhonemizer
+    from triton_tts.text.frontend import is_chinese
+    from triton_tts.text.reader import TextReader
     from triton_tts.voice import ACOUSTIC_FILE, Voice
 
     assert isinstance(voice, Voice)
-    texts = [normalize_english(t) for t in CALIBRATION_TEXTS]
-    symbols = EspeakPhonemizer(voice.phonemizer_language).symbols(texts, voice.tokens)
-    ids = [np.array(voice.phonemes_to_ids(s), dtype=np.int64) for s in symbols]
+    reader = TextReader(voice)
+    written = CALIBRATION_TEXTS_CHINESE if is_chinese(voice.phonemizer_language) else CALIBRATION_TEXTS
+    readings = reader.read([reader.normalise(t) for t in written])
+    ids = [np.array(r.ids, dtype=np.int64) for r in readings]
     runner = AcousticRunner(voice_dir / ACOUSTIC_FILE, 1, 1, 1 << 20)
     measured: list[tuple[float, int, int]] = []
     for noise_w in NOISE_W_GRID:

