@@ -23,7 +23,7 @@ from contextlib import ExitStack
 from dataclasses import Field
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from triton_tts import paths
 from triton_tts.client.cli import (
@@ -38,6 +38,9 @@ from triton_tts.client.tts_client import TTSError
 from triton_tts.model_configs import THREADS, BuildOptions, build_option_fields
 from triton_tts.repository import build_repository, ensure_default_voice
 from triton_tts.server import DRAIN_TIMEOUT_S, TritonServer, drain, supervised
+
+if TYPE_CHECKING:
+    from triton_tts.voice import Voice
 
 ADMIN_KEY_ENV = "TRITON_TTS_ADMIN_KEY"  # default: a fresh random key per start
 
@@ -145,13 +148,13 @@ def cmd_export_piper(args: argparse.Namespace) -> int:
     return 0
 
 
-def _frontend_language(args: argparse.Namespace) -> tuple[str, str]:
-    """(language, tokens): --language, or those of --voice (a folder, or a voice's name in
-    the voices folder), or the default voice's."""
+def _frontend_voice(args: argparse.Namespace) -> Voice | None:
+    """The voice of --voice (a folder, or a voice's name in the voices folder), or the
+    default voice's; None when --language is given instead."""
     from triton_tts.voice import Voice
 
     if args.language:
-        return str(args.language), "phonemes"
+        return None
     if args.voice is None:
         folder = ensure_default_voice(paths.default_voice_dir())
     else:
@@ -160,19 +163,30 @@ def _frontend_language(args: argparse.Namespace) -> tuple[str, str]:
             folder = paths.voices_dir() / args.voice
         if not (folder / "voice.json").is_file():
             raise UserError(f"no voice folder {args.voice}: give a voice folder or name, or --language")
-    voice = Voice.load(folder)
-    return voice.phonemizer_language, voice.tokens
+    return Voice.load(folder)
 
 
 def cmd_frontend(args: argparse.Namespace) -> int:
+    from triton_tts.text.chinese import baker_symbols, pinyin
     from triton_tts.text.frontend import frontend_for
+    from triton_tts.text.reader import TextReader
+    from triton_tts.voice import PINYIN_BAKER
 
-    frontend = frontend_for(*_frontend_language(args))
+    voice = _frontend_voice(args)
+    frontend = (
+        frontend_for(args.language)
+        if voice is None
+        else frontend_for(voice.phonemizer_language, voice.tokens)
+    )
     text = " ".join(args.text)
     spoken = frontend.normalise(text)
     print(f"language:      {frontend.language}")
     print(f"normalised:    {spoken}")
     print(f"pronunciation: {frontend.pronounce(spoken)}")
+    if voice is not None and voice.tokens == PINYIN_BAKER:  # what the voice's ids are made of
+        print(f"symbols:       {' '.join(baker_symbols(pinyin(spoken), voice.syllables))}")
+    if voice is not None:
+        print(f"ids:           {TextReader(voice).read([spoken])[0].ids}")
     return 0
 
 
