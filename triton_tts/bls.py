@@ -36,7 +36,7 @@ from triton_tts.config_parameters import string_parameters
 from triton_tts.errors import RequestErrors
 from triton_tts.limits import TOO_LONG, ChunkLimits, chunk_scale
 from triton_tts.request_options import read_options, read_text
-from triton_tts.text.frontend import frontend_for
+from triton_tts.text.frontend import frontend_for, is_chinese
 from triton_tts.validation import MAX_LONG_TEXT_CHARS, InvalidRequest, NothingToSay, pronounceable
 
 # Inputs sent on with every chunk as the client sent them (VOICE chose the ensemble).
@@ -100,6 +100,9 @@ class LongTextRequest:
     characters: int  # of the decoded TEXT, before normalisation (for metrics)
 
 
+CHINESE_CHARS_SCALE = 0.25  # 400 -> 100 characters, about 20 s of Mandarin
+
+
 @dataclass(frozen=True)
 class ServedVoice:
     """A voice and its ``tts_chunk`` ensemble, as the long-text models' parameters say."""
@@ -112,6 +115,12 @@ class ServedVoice:
 
     def normalise(self, text: str) -> str:
         return frontend_for(self.language).normalise(text)
+
+    @property
+    def chars_scale(self) -> float:
+        """Chunk sizes are set in characters of English prose; a Chinese character says
+        about as much as four of them (a syllable; Mandarin reads 4-6 a second)."""
+        return CHINESE_CHARS_SCALE if is_chinese(self.language) else 1.0
 
     @classmethod
     def all_from_parameters(cls, params: dict[str, str]) -> list[ServedVoice]:
@@ -166,7 +175,7 @@ def read_request(request: Any, settings: LongTextSettings, request_id: str) -> L
     spoken = voice.normalise(text) if options.normalize else text
     if not pronounceable(spoken):
         raise NothingToSay()
-    plan = settings.plan.scaled(chunk_scale(voice.limits, options.speed, options.noise_w))
+    plan = settings.plan.scaled(voice.chars_scale * chunk_scale(voice.limits, options.speed, options.noise_w))
     chunks = [chunk for chunk in split_text(spoken, plan) if pronounceable(chunk)]
     extras = [
         t for name in CHUNK_OPTIONS if (t := pb_utils.get_input_tensor_by_name(request, name)) is not None
