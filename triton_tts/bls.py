@@ -21,6 +21,7 @@ flight, at most ``chunks_in_flight``, finish and are dropped).
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -38,6 +39,7 @@ from triton_tts.limits import TOO_LONG, ChunkLimits, chunk_scale
 from triton_tts.request_options import read_options, read_text
 from triton_tts.text.frontend import frontend_for, is_chinese
 from triton_tts.validation import MAX_LONG_TEXT_CHARS, InvalidRequest, NothingToSay, pronounceable
+from triton_tts.voice import PINYIN_BAKER
 
 # Inputs sent on with every chunk as the client sent them (VOICE chose the ensemble).
 CHUNK_OPTIONS = ("SPEED", "SPEAKER_ID", "NOISE_SCALE", "NOISE_W")
@@ -98,8 +100,10 @@ class LongTextRequest:
     model: str  # the chosen voice's ensemble
     voice: str  # the chosen voice's name
     characters: int  # of the decoded TEXT, before normalisation (for metrics)
+    says_something: Callable[[str], bool] = pronounceable  # the voice's ServedVoice.pronounceable
 
 
+_HAN = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")  # what a pinyin voice can read
 CHINESE_CHARS_SCALE = 0.25  # 400 -> 100 characters, about 20 s of Mandarin
 
 
@@ -112,6 +116,14 @@ class ServedVoice:
     model: str
     limits: ChunkLimits
     language: str = "en-us"  # picks the normaliser (triton_tts/text/frontend.py)
+    tokens: str = "phonemes"  # what its ids are made of (triton_tts/voice.py)
+
+    def pronounceable(self, text: str) -> bool:
+        """Whether a (normalised) text has anything this voice can say: a letter or digit,
+        or for a voice trained on Chinese only (pinyin-baker), a Chinese character."""
+        if self.tokens == PINYIN_BAKER:
+            return _HAN.search(text) is not None
+        return pronounceable(text)
 
     def normalise(self, text: str) -> str:
         return frontend_for(self.language).normalise(text)
@@ -132,6 +144,7 @@ class ServedVoice:
                 v["model"],
                 ChunkLimits.from_json(json.dumps(v["chunk_limits"])),
                 v.get("language", "en-us"),
+                v.get("tokens", "phonemes"),
             )
             for v in json.loads(params["voices"])
         ]
@@ -173,25 +186,31 @@ def read_request(request: Any, settings: LongTextSettings, request_id: str) -> L
     options = read_options(request, settings.speakers)
     voice = settings.voice(options.voice)
     spoken = voice.normalise(text) if options.normalize else text
-    if not pronounceable(spoken):
+    if not voice.pronounceable(spoken):
         raise NothingToSay()
     plan = settings.plan.scaled(voice.chars_scale * chunk_scale(voice.limits, options.speed, options.noise_w))
-    chunks = [chunk for chunk in split_text(spoken, plan) if pronounceable(chunk)]
+    chunks = [chunk for chunk in split_text(spoken, plan) if voice.pronounceable(chunk)]
     extras = [
         t for name in CHUNK_OPTIONS if (t := pb_utils.get_input_tensor_by_name(request, name)) is not None
     ]
     extras.append(pb_utils.Tensor("NORMALIZE", np.array([[False]], dtype=np.bool_)))
-    return LongTextRequest(request_id, chunks, extras, voice.model, voice.name, len(text))
+    return LongTextRequest(
+        request_id, chunks, extras, voice.model, voice.name, len(text), voice.pronounceable
+    )
 
 
 def synthesize_chunk(
-    model: str, text: str, extras: list[Any], chunk_id: str
+    model: str,
+    text: str,
+    extras: list[Any],
+    chunk_id: str,
+    says_something: Callable[[str], bool] = pronounceable,
 ) -> tuple[npt.NDArray[np.float32], int]:
     """One chunk through the voice's ensemble (blocking BLS call). A chunk preprocess
     refuses as over the voice's budget (limits.TOO_LONG: dense text, slow SPEED, noisy
     NOISE_W) is said in halves, joined, until the pieces fit; nothing long fails on it.
     A piece with nothing to pronounce (a cut can leave one of punctuation) is silence."""
-    if not pronounceable(text):
+    if not says_something(text):
         return np.zeros(0, dtype=np.float32), 0
     inputs = [pb_utils.Tensor("TEXT", np.array([[text.encode("utf-8")]], dtype=np.object_)), *extras]
     response = pb_utils.InferenceRequest(
@@ -202,7 +221,8 @@ def synthesize_chunk(
     ).exec()
     if response.has_error():
         if TOO_LONG in response.error().message() and (pieces := halves(text)):
-            return _joined([synthesize_chunk(model, piece, extras, chunk_id) for piece in pieces])
+            said = [synthesize_chunk(model, piece, extras, chunk_id, says_something) for piece in pieces]
+            return _joined(said)
         raise ChunkFailed(response.error())
     audio = pb_utils.get_output_tensor_by_name(response, "AUDIO").as_numpy().reshape(-1)
     rate = int(pb_utils.get_output_tensor_by_name(response, "SAMPLE_RATE").as_numpy().reshape(-1)[0])
@@ -240,7 +260,12 @@ def in_order(
         while submitted < count and submitted < index + limit:
             chunk_id = f"{request.request_id}/{submitted}"
             pending[submitted] = pool.submit(
-                synthesize_chunk, request.model, request.chunks[submitted], request.passed_through, chunk_id
+                synthesize_chunk,
+                request.model,
+                request.chunks[submitted],
+                request.passed_through,
+                chunk_id,
+                request.says_something,
             )
             submitted += 1
         audio, rate = pending.pop(index).result()

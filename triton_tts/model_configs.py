@@ -59,6 +59,7 @@ class VoiceModels:
     name: str = "joe"
     default: bool = True  # the default voice keeps the plain model names
     language: str = "en-us"
+    tokens: str = "phonemes"  # what the voice's ids are made of (triton_tts/voice.py)
     sample_rate: int = 22050
     speakers: str = "{}"  # JSON: speaker name -> id
     latent_channels: int = 192
@@ -79,6 +80,7 @@ class VoiceModels:
         return {
             "name": self.name,
             "language": self.language,
+            "tokens": self.tokens,
             "sample_rate": self.sample_rate,
             "speakers": json.loads(self.speakers),
             "model": self.model(CHUNK_MODEL),

