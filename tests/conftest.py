@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ import tritonclient.http as httpclient
 
 from tests.helpers import shutdown_problems
 from triton_tts import paths
+from triton_tts.model_configs import BuildOptions
 from triton_tts.repository import ensure_default_voice
 from triton_tts.server import TritonServer, default_voice_server
 from triton_tts.text.normalize import normalize_english
@@ -43,7 +45,10 @@ def voice(voice_dir: Path) -> Voice:
 def server(voice_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
     repo = tmp_path_factory.mktemp("repository") / "model_repository"
     log_file = tmp_path_factory.mktemp("logs") / "tritonserver.log"
-    with default_voice_server(repo, log_file) as running:
+    # Streams unpaced: the tests of streaming check what is sent, and a paced stream lasts
+    # as long as its playback. Pacing has its own tests (tests/test_first_audio.py).
+    options = replace(BuildOptions(), stream_lead_ms=0)
+    with default_voice_server(repo, log_file, options=options) as running:
         yield running
     # Stopped as users stop it (SIGINT, drain, exit): a crash at shutdown fails the session
     # here, by exit code or by its log (tests/test_lifecycle.py shows both are caught).

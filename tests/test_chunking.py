@@ -11,8 +11,17 @@ import re
 
 import pytest
 
-from tests.helpers import PARAGRAPH_CHUNKS, PARAGRAPH_SENTENCE_LENGTHS, paragraph_chunks
+from tests.helpers import (
+    FIRST_CHARS,
+    GROWTH,
+    MAX_CHARS,
+    PARAGRAPH_CHUNKS,
+    PARAGRAPH_CLAUSE_LENGTHS,
+    PARAGRAPH_SENTENCE_LENGTHS,
+    paragraph_chunks,
+)
 from triton_tts.chunking import ChunkPlan, split_text
+from triton_tts.model_configs import BuildOptions
 from triton_tts.testing.sample_texts import PARAGRAPH
 from triton_tts.text.normalize import normalize_english
 
@@ -211,18 +220,50 @@ def test_nothing_is_dropped_added_or_moved(text: str, plan: ChunkPlan) -> None:
 
 
 def test_paragraph_chunk_counts_worked_out_by_hand() -> None:
-    """The served tests compare chunk counts with tests/helpers.py's hand-worked numbers;
-    here split_text is held to them, with the premise they rest on."""
+    """The served tests compare chunk counts with tests/helpers.py's rules; here split_text
+    is held to them, with the premises they rest on (the served plan, the lengths)."""
+    defaults = BuildOptions()
+    assert (defaults.first_chunk_chars, defaults.chunk_chars, defaults.chunk_growth) == (
+        FIRST_CHARS,
+        MAX_CHARS,
+        GROWTH,
+    )
+    served = ChunkPlan(FIRST_CHARS, MAX_CHARS, GROWTH)
     sentences = [s if s.endswith(".") else f"{s}." for s in PARAGRAPH.split(". ")]
     assert " ".join(sentences) == PARAGRAPH
     assert tuple(len(s) for s in sentences) == PARAGRAPH_SENTENCE_LENGTHS
-    assert split_text(PARAGRAPH) == [
-        sentences[0],
-        " ".join(sentences[1:4]),
-        " ".join(sentences[4:]),
-    ]
-    assert len(split_text(PARAGRAPH)) == PARAGRAPH_CHUNKS
-    # 1 paragraph: 3; 3: 1 + five chunks of the round + none = 6; 10: 1 + 3 rounds + 2 = 18
-    assert [paragraph_chunks(n) for n in (1, 3, 10)] == [3, 6, 18]
+    for sentence, clauses in zip(sentences, PARAGRAPH_CLAUSE_LENGTHS, strict=True):
+        assert tuple(len(c) for c in re.split(r"(?<=[,;:]) ", sentence)) == clauses
+    second, third = sentences[1].split(": ")
+    assert (
+        split_text(PARAGRAPH, served)
+        == [
+            sentences[0],
+            second + ":",  # the ramp: at most 2 x 39 characters, so the sentence goes by clauses
+            third,
+            " ".join(sentences[2:5]),
+            sentences[5],
+        ]
+    )
+    assert len(split_text(PARAGRAPH, served)) == PARAGRAPH_CHUNKS
+    assert [paragraph_chunks(n) for n in (1, 3, 10)] == [5, 8, 20]
     for copies in range(1, 13):
-        assert len(split_text(" ".join([PARAGRAPH] * copies))) == paragraph_chunks(copies), copies
+        assert len(split_text(" ".join([PARAGRAPH] * copies), served)) == paragraph_chunks(copies), copies
+
+
+def test_a_ramp_grows_chunks_from_short_to_the_limit_and_cuts_only_at_clauses() -> None:
+    text = " ".join([PARAGRAPH] * 4)
+    plan = ChunkPlan(40, 400, 2)
+    chunks = split_text(text, plan)
+    said = len(chunks[0])
+    for chunk in chunks[1:]:
+        limit = plan.limit_after(said)
+        # over its limit only when one clause is longer (a clause is never cut for the ramp)
+        assert len(chunk) <= limit or not re.search(r"[,;:] ", chunk), (chunk, limit)
+        said += len(chunk)
+    assert max(len(c) for c in chunks) <= 400 and len(chunks[-2]) > 300  # ramped up to the limit
+    assert re.sub(r"\s", "", "".join(chunks)) == re.sub(r"\s", "", text)
+    # no ramp: today's packing; a ramp never changes the first chunk
+    assert split_text(text, ChunkPlan(40, 400)) == split_text(text, ChunkPlan(40, 400, 0))
+    assert split_text(text, ChunkPlan(40, 400))[0] == chunks[0]
+    assert plan.scaled(0.5) == ChunkPlan(20, 200, 2)

@@ -205,5 +205,5 @@ def test_a_client_that_vanishes_mid_stream_does_not_disturb_the_others(
     # PARAGRAPH's first 160-240 characters (at most 241 with the space, one chunk); the
     # vanishing one is six PARAGRAPHs.
     others = 2 * len(texts)
-    planned = paragraph_chunks(6)  # 11
+    planned = paragraph_chunks(6)  # 13
     assert settled - before - others < planned // 2, (settled - before - others, planned)

@@ -74,7 +74,7 @@ def test_stream_errors_are_sent_then_the_stream_ends(server: TritonServer) -> No
 
 def test_cancelling_a_stream_frees_the_server(server: TritonServer, http) -> None:
     long_text = " ".join([PARAGRAPH] * 8)
-    planned = paragraph_chunks(8)  # 15
+    planned = paragraph_chunks(8)  # 16
     before, _ = model_counts(http, "tts_chunk")
     cancelled = {"model": "tts_stream", "reason": "cancelled"}
     cancelled_before = metric_total(server.metrics_port, REQUESTS.name, **cancelled)
@@ -113,7 +113,7 @@ def test_long_text_is_said_whole(http) -> None:
     before, _ = model_counts(http, "tts_chunk")
     audio, rate = synthesize(http, chapter, **DETERMINISTIC)
     after, _ = model_counts(http, "tts_chunk")
-    assert after - before == paragraph_chunks(10)  # 18
+    assert after - before == paragraph_chunks(10)  # 20
     assert np.isfinite(audio).all() and np.abs(audio).max() <= 1.0
     seconds = {s: len(a) / r for s, (a, r) in solo.items()}
     expected_s = 10 * sum(seconds[s] for s in sentences) + seconds[LAST_SENTENCE]

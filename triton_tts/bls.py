@@ -35,6 +35,8 @@ from triton_tts.chunking import ChunkPlan, halves, join_edges, split_text
 from triton_tts.config_parameters import string_parameters
 from triton_tts.errors import RequestErrors
 from triton_tts.limits import TOO_LONG, ChunkLimits, chunk_scale
+from triton_tts.loopback import Loopback, LoopbackFailed, Unreachable
+from triton_tts.pacing import Pacer
 from triton_tts.request_options import read_options, read_text
 from triton_tts.text.frontend import frontend_for, is_chinese
 from triton_tts.text.han import has_han
@@ -46,11 +48,13 @@ CHUNK_OPTIONS = ("SPEED", "SPEAKER_ID", "NOISE_SCALE", "NOISE_W")
 
 
 class ChunkFailed(Exception):
-    """A chunk's synthesis failed; carries Triton's error (message and code)."""
+    """A chunk's synthesis failed; carries Triton's message and code (a
+    pb_utils.TritonError code, or None when Triton gave none)."""
 
-    def __init__(self, error: Any) -> None:
-        super().__init__(error.message())
-        self.error = error
+    def __init__(self, message: str, code: int | None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
 
 
 class RequestCancelled(Exception):
@@ -171,7 +175,11 @@ class LongTextSettings:
     def from_model_config(cls, config: dict[str, Any]) -> LongTextSettings:
         params = string_parameters(config)
         return cls(
-            plan=ChunkPlan(int(params["first_chunk_chars"]), int(params["chunk_chars"])),
+            plan=ChunkPlan(
+                int(params["first_chunk_chars"]),
+                int(params["chunk_chars"]),
+                int(params.get("chunk_growth", "0")),
+            ),
             chunks_in_flight=int(params["chunks_in_flight"]),
             voices=ServedVoice.all_from_parameters(params),
             threads=int(params["bls_threads"]),
@@ -198,19 +206,13 @@ def read_request(request: Any, settings: LongTextSettings, request_id: str) -> L
     )
 
 
-def synthesize_chunk(
-    model: str,
-    text: str,
-    extras: list[Any],
-    chunk_id: str,
-    says_something: Callable[[str], bool] = pronounceable,
-) -> tuple[npt.NDArray[np.float32], int]:
-    """One chunk through the voice's ensemble (blocking BLS call). A chunk preprocess
-    refuses as over the voice's budget (limits.TOO_LONG: dense text, slow SPEED, noisy
-    NOISE_W) is said in halves, joined, until the pieces fit; nothing long fails on it.
-    A piece with nothing to pronounce (a cut can leave one of punctuation) is silence."""
-    if not says_something(text):
-        return np.zeros(0, dtype=np.float32), 0
+Audio = tuple[npt.NDArray[np.float32], int]  # samples, sample rate
+# How a chunk reaches its ensemble: (model, text, extras, chunk id) -> audio, or ChunkFailed.
+ChunkSender = Callable[[str, str, list[Any], str], Audio]
+
+
+def send_by_bls(model: str, text: str, extras: list[Any], chunk_id: str) -> Audio:
+    """One chunk through the voice's ensemble, a blocking BLS call (default priority)."""
     inputs = [pb_utils.Tensor("TEXT", np.array([[text.encode("utf-8")]], dtype=np.object_)), *extras]
     response = pb_utils.InferenceRequest(
         model_name=model,
@@ -219,13 +221,66 @@ def synthesize_chunk(
         request_id=chunk_id,
     ).exec()
     if response.has_error():
-        if TOO_LONG in response.error().message() and (pieces := halves(text)):
-            said = [synthesize_chunk(model, piece, extras, chunk_id, says_something) for piece in pieces]
-            return _joined(said)
-        raise ChunkFailed(response.error())
+        error = response.error()
+        raise ChunkFailed(error.message(), error.code() if hasattr(error, "code") else None)
     audio = pb_utils.get_output_tensor_by_name(response, "AUDIO").as_numpy().reshape(-1)
     rate = int(pb_utils.get_output_tensor_by_name(response, "SAMPLE_RATE").as_numpy().reshape(-1)[0])
     return audio.astype(np.float32, copy=False), rate
+
+
+class PrioritySender:
+    """Chunks sent with a Triton priority through this server's own gRPC endpoint
+    (:mod:`triton_tts.loopback`), so they overtake what the stages have queued. When the
+    endpoint cannot be reached, chunks go by BLS (no priority) for :data:`RETRY_AFTER_S`,
+    and the model's log says why."""
+
+    RETRY_AFTER_S = 60.0
+
+    def __init__(self, loopback: Loopback, model_name: str) -> None:
+        self.loopback = loopback
+        self.model_name = model_name
+        self._off_until = 0.0
+
+    def __call__(self, model: str, text: str, extras: list[Any], chunk_id: str) -> Audio:
+        if time.monotonic() >= self._off_until:
+            options = [(t.name(), t.as_numpy()) for t in extras]
+            try:
+                return self.loopback.synthesize(model, text, options, chunk_id)
+            except LoopbackFailed as err:  # the server's answer: as by BLS
+                code = getattr(pb_utils.TritonError, err.error.code_name, pb_utils.TritonError.INTERNAL)
+                raise ChunkFailed(err.error.message(), code) from err
+            except Unreachable as err:
+                self._off_until = time.monotonic() + self.RETRY_AFTER_S
+                pb_utils.Logger.log_warn(
+                    f"{self.model_name}: first chunks go without priority for {self.RETRY_AFTER_S:.0f} s, "
+                    f"this server's gRPC endpoint did not answer: {err}"
+                )
+        return send_by_bls(model, text, extras, chunk_id)
+
+
+def synthesize_chunk(
+    model: str,
+    text: str,
+    extras: list[Any],
+    chunk_id: str,
+    says_something: Callable[[str], bool] = pronounceable,
+    send: ChunkSender = send_by_bls,
+) -> Audio:
+    """One chunk through the voice's ensemble (blocking). A chunk preprocess refuses as
+    over the voice's budget (limits.TOO_LONG: dense text, slow SPEED, noisy NOISE_W) is
+    said in halves, joined, until the pieces fit; nothing long fails on it. A piece with
+    nothing to pronounce (a cut can leave one of punctuation) is silence."""
+    if not says_something(text):
+        return np.zeros(0, dtype=np.float32), 0
+    try:
+        return send(model, text, extras, chunk_id)
+    except ChunkFailed as err:
+        if TOO_LONG in err.message and (pieces := halves(text)):
+            said = [
+                synthesize_chunk(model, piece, extras, chunk_id, says_something, send) for piece in pieces
+            ]
+            return _joined(said)
+        raise
 
 
 def _joined(parts: list[tuple[npt.NDArray[np.float32], int]]) -> tuple[npt.NDArray[np.float32], int]:
@@ -240,22 +295,32 @@ def in_order(
     request: LongTextRequest,
     window: int,
     cancellation: Cancellation | None = None,
+    pacer: Pacer | None = None,
+    send_first: ChunkSender = send_by_bls,
 ) -> Iterator[tuple[int, npt.NDArray[np.float32], int]]:
     """Yield (index, joined audio, rate) in reading order, ``window`` chunks in flight.
 
-    Later chunks are synthesised while earlier ones are delivered. ``cancellation`` is
+    Later chunks are synthesised while earlier ones are delivered; the caller has sent a
+    chunk when it asks for the next. With a ``pacer`` (streams), a later chunk starts
+    only when the audio sent leads playback by less than its lead. The first chunk goes
+    by ``send_first`` (streams: with a priority), the others by BLS. ``cancellation`` is
     asked before each chunk is waited for: once it says stop, nothing new starts, the
     chunks in flight are left to finish unread, and :class:`RequestCancelled` is raised.
     """
     count = len(request.chunks)
-    pending: dict[int, Future[tuple[npt.NDArray[np.float32], int]]] = {}
+    pending: dict[int, Future[Audio]] = {}
     submitted = 0
+    stopped = cancellation if cancellation is not None else (lambda: False)
     for index in range(count):
         # The first chunk travels alone: the stages run a batch's items one after
         # another, so chunk 0 batched behind the (long) chunk 1 would wait for it.
         limit = 1 if index == 0 else window
-        if cancellation is not None and cancellation():
-            raise RequestCancelled(cancellation.reason or Cancellation.CANCELLED, index, count)
+        if pacer is not None and submitted < min(count, index + limit):
+            pacer.wait(stopped)
+        if stopped():
+            raise RequestCancelled(
+                getattr(cancellation, "reason", None) or Cancellation.CANCELLED, index, count
+            )
         while submitted < count and submitted < index + limit:
             chunk_id = f"{request.request_id}/{submitted}"
             pending[submitted] = pool.submit(
@@ -265,10 +330,14 @@ def in_order(
                 request.passed_through,
                 chunk_id,
                 request.says_something,
+                send_first if submitted == 0 else send_by_bls,
             )
             submitted += 1
         audio, rate = pending.pop(index).result()
-        yield index, join_edges(audio, rate, index, count), rate
+        joined = join_edges(audio, rate, index, count)
+        yield index, joined, rate
+        if pacer is not None and rate:
+            pacer.sent(joined.size / rate)
 
 
 def error_response(errors: RequestErrors, request_id: str, err: Exception) -> Any:
@@ -277,8 +346,7 @@ def error_response(errors: RequestErrors, request_id: str, err: Exception) -> An
         code = pb_utils.TritonError.UNAVAILABLE if err.timed_out else pb_utils.TritonError.CANCELLED
         return errors.response(request_id, str(err), code)
     if isinstance(err, ChunkFailed):  # keep the chunk's error code (e.g. INVALID_ARG)
-        code = err.error.code() if hasattr(err.error, "code") else pb_utils.TritonError.INTERNAL
-        return errors.response(request_id, err.error.message(), code)
+        return errors.response(request_id, err.message, err.code)
     if isinstance(err, InvalidRequest):
         return errors.invalid(request_id, str(err))
     return errors.response(request_id, f"synthesis failed: {err}")
@@ -290,10 +358,10 @@ def outcome(err: Exception) -> str:
         return "cancelled"
     if isinstance(err, InvalidRequest):
         return "invalid"
-    if isinstance(err, ChunkFailed) and hasattr(err.error, "code"):
+    if isinstance(err, ChunkFailed) and err.code is not None:
         return {
             pb_utils.TritonError.INVALID_ARG: "invalid",
             pb_utils.TritonError.UNAVAILABLE: "busy",
             pb_utils.TritonError.CANCELLED: "cancelled",
-        }.get(err.error.code(), "failed")
+        }.get(err.code, "failed")
     return "failed"

@@ -25,7 +25,7 @@ import numpy.typing as npt
 
 from triton_tts.text.normalize import _LEADING_ABBREVIATIONS
 
-FIRST_CHUNK_CHARS = 160  # the first sentence, or its first clauses if longer
+FIRST_CHUNK_CHARS = 160  # the first sentence, or its first clauses if longer (the server's: model_configs)
 CHUNK_CHARS = 400
 FADE_MS = 8.0
 MIN_CHUNK_CHARS = 16  # scaled plans never pack below this
@@ -63,6 +63,10 @@ _WORD_BREAK = re.compile(r"(?P<gap> )")
 class ChunkPlan:
     first_chars: int = FIRST_CHUNK_CHARS
     max_chars: int = CHUNK_CHARS
+    # Ramp: a later chunk holds at most ``growth`` x the characters of the chunks before it
+    # (never under first_chars, never over max_chars), so each chunk is ready before the
+    # audio before it has played; 0: every later chunk up to max_chars.
+    growth: float = 0.0
 
     def scaled(self, factor: float) -> ChunkPlan:
         """The same plan for chunks ``factor`` times as long (slow speech: shorter chunks)."""
@@ -71,7 +75,14 @@ class ChunkPlan:
         return ChunkPlan(
             max(MIN_CHUNK_CHARS, int(self.first_chars * factor)),
             max(MIN_CHUNK_CHARS, int(self.max_chars * factor)),
+            self.growth,
         )
+
+    def limit_after(self, said: int) -> int:
+        """The longest a later chunk may be once ``said`` characters are in chunks before it."""
+        if self.growth <= 0:
+            return self.max_chars
+        return min(self.max_chars, max(self.first_chars, int(self.growth * said)))
 
 
 def halves(text: str) -> list[str]:
@@ -170,6 +181,35 @@ def _pack(units: list[_Piece], limit: int) -> list[list[_Piece]]:
     return chunks
 
 
+def _ramped(sentences: list[_Piece], plan: ChunkPlan, said: int) -> list[list[_Piece]]:
+    """Greedy packing under a limit that grows with what is said (ChunkPlan.limit_after):
+    a sentence longer than the chunk's limit is cut after its clauses (not between words,
+    unless one is longer than ``max_chars``), and a chunk takes at least one piece."""
+    chunks: list[list[_Piece]] = []
+    current: list[_Piece] = []
+    length = 0
+    limit = plan.limit_after(said)
+    for sentence in sentences:
+        if len(sentence.text) > plan.max_chars:
+            units = _units(sentence, plan.max_chars)
+        elif len(sentence.text) > limit:
+            units = _split_at(sentence, _CLAUSE_BREAK)
+        else:
+            units = [sentence]
+        for unit in units:
+            grown = length + (1 if unit.spaced else 0) + len(unit.text) if current else len(unit.text)
+            if grown > limit and current:
+                chunks.append(current)
+                said += length
+                limit = plan.limit_after(said)
+                current, grown = [], len(unit.text)
+            current.append(unit)
+            length = grown
+    if current:
+        chunks.append(current)
+    return chunks
+
+
 def split_text(text: str, plan: ChunkPlan = ChunkPlan()) -> list[str]:
     """Chunks in reading order. With the spaces taken out, they join to the text with
     its spaces taken out: nothing is dropped, added or moved.
@@ -179,12 +219,17 @@ def split_text(text: str, plan: ChunkPlan = ChunkPlan()) -> list[str]:
     as many whole sentences as fit in ``plan.max_chars``; a longer sentence is cut after
     clause punctuation (",;:—–" and "，、；："), and a clause that is still too long,
     between words. Never inside a word: a single word longer than the limit is a chunk
-    of its own."""
+    of its own. With ``plan.growth`` (a ramp), a later chunk's limit is at most that
+    many times the characters before it: the chunks after the first grow from short to
+    ``max_chars``, and a sentence over a ramped limit is cut after its clauses only."""
     sentences = _sentences(text)
     if not sentences:
         return []
     head, *rest_of_first = _pack(_units(sentences[0], plan.first_chars), plan.first_chars)
     rest = [_Piece(_joined([p for chunk in rest_of_first for p in chunk]))] if rest_of_first else []
+    if plan.growth > 0:
+        later = _ramped([*rest, *sentences[1:]], plan, len(_joined(head)))
+        return [_joined(head)] + [_joined(chunk) for chunk in later]
     units = [unit for sentence in [*rest, *sentences[1:]] for unit in _units(sentence, plan.max_chars)]
     return [_joined(head)] + [_joined(chunk) for chunk in _pack(units, plan.max_chars)]
 

@@ -94,6 +94,12 @@ FIRST_CHUNK_SECONDS = Family(
     "tts_stream: seconds from start of work to the first audio sent",
     (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10),
 )
+STREAM_GAPS = Family(
+    "triton_tts_stream_gaps_total",
+    "COUNTER",
+    "tts_stream: chunks sent after a listener playing from the first chunk would have run out "
+    "of audio (pacing's lead too short for the load, or the server behind real time)",
+)
 IN_FLIGHT = Family(
     "triton_tts_requests_in_flight",
     "GAUGE",
@@ -109,7 +115,9 @@ FAMILIES = (
     CHUNKS,
     REAL_TIME_FACTOR,
     FIRST_CHUNK_SECONDS,
+    STREAM_GAPS,
 )
+STREAM_ONLY = (FIRST_CHUNK_SECONDS, STREAM_GAPS)
 
 
 @dataclass(frozen=True)
@@ -141,7 +149,7 @@ class TTSMetrics:
         self._families = {
             f: pb_utils.MetricFamily(name=f.name, description=f.description, kind=kinds[f.kind])
             for f in FAMILIES
-            if streaming or f is not FIRST_CHUNK_SECONDS
+            if streaming or f not in STREAM_ONLY
         }
         base = {"model": model, "model_instance": f"{instance_name}:{os.getpid()}"}
 
@@ -153,6 +161,7 @@ class TTSMetrics:
         self._requests = {reason: metric(REQUESTS, reason=reason) for reason in OUTCOMES}
         self._chunks = metric(CHUNKS)
         self._in_flight = metric(IN_FLIGHT)
+        self._gaps = metric(STREAM_GAPS) if streaming else None
         self._voices = {
             voice: _VoiceMetrics(
                 characters=metric(CHARACTERS, voice=voice),
@@ -199,3 +208,9 @@ class TTSMetrics:
         if metric is not None:
             with self._lock:
                 metric.observe(seconds)
+
+    def record_gaps(self, count: int) -> None:
+        """A stream's gaps (triton_tts.pacing.Pacer.gaps)."""
+        if self._gaps is not None and count:
+            with self._lock:
+                self._gaps.increment(count)

@@ -134,7 +134,9 @@ class BuildOptions:
     cpu_preferred_batch_sizes: tuple[int, ...] = option(
         (1,), "CPU acoustic/vocoder batcher; none: batch whatever is queued", minimum=1
     )
-    queue_delay_us: int = option(2000, "CPU batcher's wait for a fuller batch", minimum=0)
+    queue_delay_us: int = option(
+        2000, "CPU batchers' wait for a fuller batch (acoustic/vocoder: only without preferred sizes)", minimum=0
+    )
     # ONNX runs per Triton execution on CPU: 1 item per run measured fastest here (see
     # triton_tts/stages.py); the padded-size caps bound memory when runs hold more.
     acoustic_items_per_run: int = option(1, "acoustic items per onnxruntime run, CPU", minimum=1)
@@ -146,14 +148,39 @@ class BuildOptions:
     gpu_queue_delay_us: int = option(3000, "GPU batcher's wait for a fuller batch", minimum=0)
     # Long text (tts, tts_stream): chunk sizes and how many chunks of one request are
     # synthesised at once (bounds memory; more lets one long text use more instances).
-    first_chunk_chars: int = option(160, "tts/tts_stream: first chunk's characters at most", minimum=1)
+    # The first chunk: the first sentence, or its first clauses (then words) that fit, about
+    # 2 s of speech at speed 1 (fewer characters at slower speeds, limits.chunk_scale). The
+    # chunks after it ramp up: each at most chunk_growth x the characters before it, up to
+    # chunk_chars, so each is ready before the audio before it has played
+    # (docs/performance.md, "First audio under load").
+    first_chunk_chars: int = option(40, "tts/tts_stream: first chunk's characters at most", minimum=1)
     chunk_chars: int = option(400, "tts/tts_stream: later chunks' characters at most", minimum=1)
+    chunk_growth: int = option(
+        2, "tts/tts_stream: a later chunk is at most this x the characters before it; 0: no ramp", minimum=0
+    )
     # tts: the next chunk's acoustic overlaps this one's vocoder
     chunks_in_flight: int = option(2, "tts: chunks of one text synthesised at once", minimum=1)
     # tts_stream: one at a time is still many times faster than playback, and keeps the
     # queues short for other streams' first chunks (measured: much faster first chunks at
     # concurrency 8, same throughput; docs/performance.md, "Streaming and long text").
     stream_chunks_in_flight: int = option(1, "tts_stream: chunks of one stream at once", minimum=1)
+    # tts_stream paces each stream to playback: a later chunk starts only once the audio
+    # already sent leads the listener's clock (from the first chunk's send) by less than
+    # this. Streams that are far ahead then leave the stages to new streams' first chunks
+    # (docs/performance.md, "First audio under load"). 0: every chunk as soon as the one
+    # before it is done.
+    stream_lead_ms: int = option(
+        10_000,
+        "tts_stream: start a later chunk when the audio sent leads playback by less; 0: no pacing",
+        minimum=0,
+    )
+    # A stream's first chunk goes to the stages with a higher Triton priority than every
+    # other request, so it overtakes queued chunks. BLS requests cannot carry a priority
+    # in this Triton release, so tts_stream sends its first chunks back to its own server
+    # over gRPC (triton_tts/loopback.py; the address comes from `triton-tts serve`).
+    first_chunk_priority: int = option(
+        1, "tts_stream: first chunks overtake queued work (Triton priority); 0: off", minimum=0, maximum=1
+    )
     # A non-decoupled Python model answers a whole batch when its execute returns, so one
     # tts instance holds new requests back until its slowest request is done: several
     # light instances (they load no model) let requests start as they arrive.
@@ -179,10 +206,11 @@ class BuildOptions:
         30_000_000, "tts: refuse a text queued this long; 0: never", minimum=0
     )
     # tts_stream works in threads (its execute returns at once), so Triton's queue never
-    # fills: the model itself refuses a stream beyond this many in progress. Measured as
-    # above: stream goodput peaks at fewer streams than this, and 8 keep most of it far
-    # past that with a bounded time to first audio.
-    max_streams: int = option(8, "tts_stream: streams in progress; 0: no bound", minimum=0)
+    # fills: the model itself refuses a stream beyond this many in progress. Unpaced,
+    # stream goodput peaked at fewer than 8 (as above). A paced stream holds its place for
+    # its playback while it needs a small share of the machine (a listener takes audio at
+    # real time; 2 cores make over 20x real time), so 16 are admitted; each has a thread.
+    max_streams: int = option(16, "tts_stream: streams in progress; 0: no bound", minimum=0)
     # tts_chunk (an ensemble) cannot carry a queue policy (one scheduling choice per
     # model): its stages bound their queues to what tts and tts_stream can have in flight
     # plus this many direct tts_chunk requests (see stage_queue_size): 16 sentences are a
@@ -248,6 +276,19 @@ def _params(config: mc.ModelConfig, **values: str) -> None:
         config.parameters[key].string_value = value
 
 
+# Priority levels of the stages' dynamic batchers: streams' first chunks are sent with
+# FIRST_CHUNK_PRIORITY (the highest; Triton's level 1 goes first), every other request
+# gets the default, DEFAULT_PRIORITY. An ensemble passes its request's priority on to
+# each step, so a tts_chunk request's priority holds in all four stages.
+FIRST_CHUNK_PRIORITY = 1
+DEFAULT_PRIORITY = 2
+
+
+def _priorities(config: mc.ModelConfig) -> None:
+    config.dynamic_batching.priority_levels = DEFAULT_PRIORITY
+    config.dynamic_batching.default_priority_level = DEFAULT_PRIORITY
+
+
 def _queue_policy(config: mc.ModelConfig, max_queue_size: int, timeout_us: int = 0) -> None:
     """Refuse at once (UNAVAILABLE: HTTP 503, gRPC UNAVAILABLE) a request that finds
     ``max_queue_size`` waiting (0: no bound), and one still queued after ``timeout_us``
@@ -291,6 +332,7 @@ def preprocess(opts: BuildOptions, voice: VoiceModels) -> mc.ModelConfig:
     _tensor(config.output, "SPEAKER_ID", mc.TYPE_INT64, [1])
     config.dynamic_batching.max_queue_delay_microseconds = opts.queue_delay_us // 2
     _queue_policy(config, opts.stage_queue_size)
+    _priorities(config)
     _instances(config, opts.preprocess_instances, gpu=False)  # espeak-ng is CPU-only
     _params(config, chunk_limits=voice.chunk_limits)
     _warmup_file(config, "sentence", {"TEXT": (mc.TYPE_STRING, [1])})
@@ -400,8 +442,15 @@ def _batching(config: mc.ModelConfig, opts: BuildOptions, native: bool) -> None:
         config.dynamic_batching.max_queue_delay_microseconds = opts.gpu_queue_delay_us
     else:
         config.dynamic_batching.preferred_batch_size.extend(opts.cpu_preferred_batch_sizes)
-        config.dynamic_batching.max_queue_delay_microseconds = opts.queue_delay_us
+        # Once its oldest request has waited max_queue_delay, Triton's batcher sends all that
+        # is queued (up to max_batch_size) and ignores the preferred sizes: under a backlog
+        # one instance took the whole queue, one item after another, while the other sat
+        # idle, and a priority request waited behind the batch. With no delay a preferred
+        # size is always kept, so each free instance takes the next request in priority order.
+        delay = 0 if opts.cpu_preferred_batch_sizes else opts.queue_delay_us
+        config.dynamic_batching.max_queue_delay_microseconds = delay
     _queue_policy(config, opts.stage_queue_size)
+    _priorities(config)
 
 
 def postprocess(opts: BuildOptions, voice: VoiceModels) -> mc.ModelConfig:
@@ -412,6 +461,7 @@ def postprocess(opts: BuildOptions, voice: VoiceModels) -> mc.ModelConfig:
     _tensor(config.output, "AUDIO", mc.TYPE_FP32, [-1])
     _tensor(config.output, "SAMPLE_RATE", mc.TYPE_INT32, [1])
     config.dynamic_batching.max_queue_delay_microseconds = opts.queue_delay_us // 4
+    _priorities(config)
     _instances(config, 1, gpu=False)
     return config
 
@@ -496,13 +546,19 @@ def _long_text(name: str, opts: BuildOptions, streaming: bool) -> mc.ModelConfig
         config,
         first_chunk_chars=str(opts.first_chunk_chars),
         chunk_chars=str(opts.chunk_chars),
+        chunk_growth=str(opts.chunk_growth),
         chunks_in_flight=str(opts.stream_chunks_in_flight if streaming else opts.chunks_in_flight),
         bls_threads=str(opts.bls_threads),
         # Every voice served, the default first.
         voices=json.dumps([v.summary() for v in opts.voices], ensure_ascii=False),
     )
     if streaming:
-        _params(config, max_streams=str(opts.max_streams))
+        _params(
+            config,
+            max_streams=str(opts.max_streams),
+            lead_ms=str(opts.stream_lead_ms),
+            first_chunk_priority=str(FIRST_CHUNK_PRIORITY if opts.first_chunk_priority else 0),
+        )
     return config
 
 

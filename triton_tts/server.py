@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from triton_tts import paths
 
 if TYPE_CHECKING:
+    from triton_tts.model_configs import BuildOptions
     from triton_tts.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
@@ -139,6 +140,21 @@ class TritonServer:
     # Model control (load/unload) for the watchdog only: explicit mode, behind this key.
     admin_key: str | None = None
     process: subprocess.Popen[bytes] | None = None
+    # The gRPC endpoint models send their priority requests to (triton_tts/loopback.py):
+    # None, this server's own; "" names none (first chunks then go without priority).
+    loopback_url: str | None = None
+    # Per start: holds the file whose existence tells streams to stop pacing (pacing.py).
+    run_dir: Path | None = None
+
+    @property
+    def release_file(self) -> Path | None:
+        return self.run_dir / "release-streams" if self.run_dir is not None else None
+
+    def release_streams(self) -> None:
+        """Tell tts_stream's paced streams to send the rest of their audio at once (a
+        stop is coming: none should hold it for the length of its playback)."""
+        if self.release_file is not None:
+            self.release_file.touch()
 
     @property
     def http_url(self) -> str:
@@ -181,10 +197,21 @@ class TritonServer:
         return cmd + list(self.extra_args)
 
     def start(self) -> TritonServer:
+        import tempfile
+
+        from triton_tts.loopback import GRPC_URL_ENV
+        from triton_tts.pacing import RELEASE_FILE_ENV
+
         log.info("starting %s", " ".join(self.command()))
+        self.run_dir = Path(tempfile.mkdtemp(prefix="triton-tts-run-"))
+        env = server_environment()
+        # The models' view of this server: its own gRPC endpoint (triton_tts/loopback.py)
+        # and the file that ends pacing when it stops (triton_tts/pacing.py).
+        env[GRPC_URL_ENV] = self.grpc_url if self.loopback_url is None else self.loopback_url
+        env[RELEASE_FILE_ENV] = str(self.release_file)
         out = open(self.log_file, "ab") if self.log_file else None  # noqa: SIM115 - owned by the process
         self.process = subprocess.Popen(
-            self.command(), env=server_environment(), stdout=out, stderr=subprocess.STDOUT if out else None
+            self.command(), env=env, stdout=out, stderr=subprocess.STDOUT if out else None
         )
         return self
 
@@ -259,14 +286,20 @@ class TritonServer:
         return f"model '{first['name']}' failed to load: {first['reason'].splitlines()[0]}"
 
     def stop(self) -> int | None:
-        if self.process is None or self.process.poll() is not None:
-            return None if self.process is None else self.process.returncode
-        self.process.send_signal(signal.SIGINT)  # Triton drains in-flight requests on SIGINT
         try:
-            return self.process.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            return self.process.wait()
+            if self.process is None or self.process.poll() is not None:
+                return None if self.process is None else self.process.returncode
+            self.release_streams()
+            self.process.send_signal(signal.SIGINT)  # Triton drains in-flight requests on SIGINT
+            try:
+                return self.process.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                return self.process.wait()
+        finally:
+            if self.run_dir is not None and (self.process is None or self.process.poll() is not None):
+                shutil.rmtree(self.run_dir, ignore_errors=True)
+                self.run_dir = None
 
     def __enter__(self) -> TritonServer:
         self.start()
@@ -300,17 +333,21 @@ def onnx_load_error(path: Path) -> str | None:
 
 @contextmanager
 def default_voice_server(
-    repo: Path | None = None, log_file: Path | None = None, voice_dir: Path | Sequence[Path] | None = None
+    repo: Path | None = None,
+    log_file: Path | None = None,
+    voice_dir: Path | Sequence[Path] | None = None,
+    options: BuildOptions | None = None,
 ) -> Iterator[TritonServer]:
     """A voice (default: the bundled one, exported if needed) served on free ports until exit,
-    from ``repo`` or a temporary repository built for it."""
+    from ``repo`` or a temporary repository built for it with ``options`` (default: the
+    defaults)."""
     import tempfile
 
     from triton_tts.repository import build_repository, ensure_default_voice
 
     with tempfile.TemporaryDirectory(prefix="triton-tts-") as scratch:
         target = repo or Path(scratch) / "model_repository"
-        built = build_repository(voice_dir or ensure_default_voice(), target)
+        built = build_repository(voice_dir or ensure_default_voice(), target, options)
         with TritonServer(
             built, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(), log_file=log_file
         ) as server:
@@ -341,6 +378,7 @@ def drain(server: TritonServer, timeout_s: float, poll_s: float = 0.2) -> int | 
     own stop refuses every new inference at once, BLS chunk requests included, so a
     multi-chunk request in flight would lose its later chunks. Returns what is left in
     flight (0: drained; None: the count could not be read)."""
+    server.release_streams()  # paced streams send the rest now
     url = f"http://localhost:{server.metrics_port}/metrics"
     deadline = time.monotonic() + timeout_s
     while True:

@@ -5,7 +5,10 @@ audio); each chunk goes through the ``tts_chunk`` ensemble while earlier ones ar
 delivered. Every response carries AUDIO, SAMPLE_RATE, CHUNK_INDEX and IS_LAST; the final
 flag is always sent (from a ``finally``), also after an error, and a cancelled request
 (the client went away) or one its own ``timeout`` outlives stops before its next chunk
-(triton_tts.bls.Cancellation). ``finalize`` waits for streams in flight. The response
+(triton_tts.bls.Cancellation). Each stream is paced to playback (``lead_ms``,
+triton_tts.pacing): a later chunk starts when the audio sent leads the listener by less;
+its first chunk goes with a priority that overtakes queued work (triton_tts.loopback).
+``finalize`` ends pacing and waits for streams in flight. The response
 sender is never touched after the final flag. Outcomes, throughput and first-chunk latency
 go to Triton's metrics port (triton_tts.metrics); every error sent back is logged with the
 request's id (triton_tts.errors).
@@ -25,16 +28,21 @@ import triton_python_backend_utils as pb_utils
 
 from triton_tts.bls import (
     Cancellation,
+    ChunkSender,
     LongTextSettings,
+    PrioritySender,
     RequestCancelled,
     error_response,
     in_order,
     outcome,
     read_request,
+    send_by_bls,
 )
 from triton_tts.config_parameters import string_parameters
 from triton_tts.errors import RequestErrors, request_id
+from triton_tts.loopback import Loopback
 from triton_tts.metrics import TTSMetrics
+from triton_tts.pacing import Pacer, released_by_file
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 FINALIZE_WAIT_S = 10.0  # under serve's --exit-timeout-secs (20 s)
@@ -50,13 +58,26 @@ class TritonPythonModel:
                 "tts_stream needs model_transaction_policy { decoupled: true }"
             )
         self.settings = LongTextSettings.from_model_config(config)
-        threads = self.settings.threads
+        params = string_parameters(config)
+        # Admission: a stream beyond max_streams is refused at once (0: no bound).
+        self.max_streams = int(params["max_streams"])
+        threads = max(self.settings.threads, self.max_streams)  # every admitted stream runs
         self.chunks = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="stream-bls")
         self.streams = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="stream")
         self.active = 0
         self.lock = threading.Condition()
-        # Admission: a stream beyond max_streams is refused at once (0: no bound).
-        self.max_streams = int(string_parameters(config)["max_streams"])
+        self.lead_s = int(params.get("lead_ms", "0")) / 1000
+        self.unloading = False  # finalize: pacing ends
+        released = released_by_file()
+        self.released = lambda: self.unloading or released()
+        loopback = Loopback.from_environment(int(params.get("first_chunk_priority", "0")))
+        self.send_first: ChunkSender = (
+            PrioritySender(loopback, args["model_name"]) if loopback is not None else send_by_bls
+        )
+        pb_utils.Logger.log_info(
+            f"tts_stream: pacing lead {self.lead_s:g} s (0: none); first chunks "
+            + (f"with priority {loopback.priority} via {loopback.url}" if loopback else "without priority")
+        )
         voices = [v.name for v in self.settings.voices]
         self.metrics = TTSMetrics("tts_stream", args["model_instance_name"], voices, streaming=True)
         self.errors = RequestErrors(args["model_name"])
@@ -95,8 +116,9 @@ class TritonPythonModel:
             cancellation = Cancellation(sender.is_cancelled, request.timeout())
             long_text = read_request(request, self.settings, rid)
             count = len(long_text.chunks)
+            pacer = Pacer(self.lead_s, self.released)
             for index, audio, rate in in_order(
-                self.chunks, long_text, self.settings.chunks_in_flight, cancellation
+                self.chunks, long_text, self.settings.chunks_in_flight, cancellation, pacer, self.send_first
             ):
                 last = index == count - 1
                 response = pb_utils.InferenceResponse(
@@ -114,9 +136,11 @@ class TritonPythonModel:
                 if not sent:
                     self.metrics.record_first_chunk(long_text.voice, time.monotonic() - started)
                 sent, samples = sent + 1, samples + audio.size
-            self.metrics.record_ok(
-                long_text.voice, long_text.characters, samples / rate, time.monotonic() - started, count
-            )
+            # Processing time leaves out the waits for playback (the real-time factor of
+            # paced streams would otherwise read 1).
+            working = time.monotonic() - started - pacer.waited_s
+            self.metrics.record_ok(long_text.voice, long_text.characters, samples / rate, working, count)
+            self.metrics.record_gaps(pacer.gaps)
         except Exception as err:
             self.metrics.record_error(outcome(err))
             gone = isinstance(err, RequestCancelled) and not err.timed_out  # no one to tell
@@ -134,7 +158,9 @@ class TritonPythonModel:
     def finalize(self) -> None:
         # serve drains streams before it stops Triton (triton_tts.server.drain); what is left
         # gets a bounded wait, shorter than Triton's exit timeout, so that one stuck stream
-        # cannot hold the unload (and the server's exit) past it.
+        # cannot hold the unload (and the server's exit) past it. Paced streams send the
+        # rest of their audio now.
+        self.unloading = True
         with self.lock:
             drained = self.lock.wait_for(lambda: self.active == 0, timeout=FINALIZE_WAIT_S)
             left = self.active
