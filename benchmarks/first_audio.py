@@ -56,6 +56,8 @@ VARIANTS: dict[str, tuple[str, BuildOptions]] = {
         replace(BEFORE, first_chunk_chars=40, chunk_growth=2),
     ),
     "default": ("the defaults: every lever", DEFAULT),
+    # The same options, served with a voice whose VITS flow is INT8 (--int8-flow-voice).
+    "int8-flow": ("the defaults, with an INT8-flow export of the voice", DEFAULT),
 }
 GAP_S = 0.01  # shorter waits of the player are not counted (a scheduling hiccup)
 
@@ -281,12 +283,20 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), help=f"of {', '.join(VARIANTS)}")
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        default=[v for v in VARIANTS if v != "int8-flow"],
+        help=f"of {', '.join(VARIANTS)}",
+    )
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 4, 8, 16])
     parser.add_argument("--rounds", type=int, default=3, help="answers per client thread")
     parser.add_argument("--spread-s", type=float, default=10.0, help="clients start spread over this long")
     parser.add_argument("--bursts", type=int, nargs="*", default=[8], help="streams started at once")
     parser.add_argument("--voice", type=Path, help="voice folder (default: the bundled voice)")
+    parser.add_argument(
+        "--int8-flow-voice", type=Path, help="the same voice exported with `export int8 --stages flow`"
+    )
     parser.add_argument("--url-grpc", help="measure a running server instead (variant 'running')")
     parser.add_argument("--out", type=Path, default=Path("results/first_audio.json"))
     args = parser.parse_args(argv)
@@ -301,7 +311,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for name in args.variants:
             description, options = VARIANTS[name]
             logging.info("variant %s: %s", name, description)
-            levels = serve_variant(options, args.levels, args.rounds, args.spread_s, args.bursts, args.voice)
+            voice = args.voice
+            if name == "int8-flow":
+                if args.int8_flow_voice is None:
+                    parser.error("the int8-flow variant needs --int8-flow-voice")
+                voice = args.int8_flow_voice
+            levels = serve_variant(options, args.levels, args.rounds, args.spread_s, args.bursts, voice)
             variants.append({"name": name, "description": description, "levels": levels})
     results: dict[str, Any] = {
         **stamp(),

@@ -7,9 +7,10 @@ waveforms and what the recogniser heard. The candidate is then measured on the s
 sentences:
 
 - SNR: the candidate's vocoder on FP32's latents, against FP32's waveforms;
-- acoustic SNR, when the candidate's acoustic graphs differ (FP16): its latents against
-  FP32's, over the sentences whose frame count stayed the same (rounded durations may
-  move one by a frame, which the report counts);
+- acoustic SNR, when the candidate's acoustic graphs differ (FP16, an INT8 flow): its
+  latents against FP32's, over the sentences whose frame count stayed the same (FP16's
+  rounded durations may move one by a frame, which the report counts; INT8 leaves the
+  durations FP32, so there a changed frame count refuses the export);
 - WER: the candidate end to end (its acoustic stage, then its vocoder), transcribed.
 
 The verdict and its limits are :func:`triton_tts.intelligibility.judge`'s. Every export
@@ -51,6 +52,9 @@ from triton_tts.voice import VOCODER_FILE, VOCODER_UNPADDED_FILE, Voice
 log = logging.getLogger(__name__)
 
 QUALITY_FILE = "quality.json"  # the gate's report, next to the export it judged
+# Precisions whose exports never touch the durations (INT8 quantises the vocoder and the
+# VITS flow, which runs after them): a frame count that differs from FP32's is a fault.
+SAME_FRAMES = frozenset({"int8"})
 
 
 @dataclass(frozen=True)
@@ -172,10 +176,10 @@ def gate_voice(
     sentences through the FP32 voice ``fp32_dir``."""
     if _acoustic_files(candidate_dir) == _acoustic_files(fp32_dir):
         return gate_vocoder(reference, candidate_dir / VOCODER_FILE, precision, thresholds)
-    own = latents(candidate_dir, list(GATE_TEXTS))
+    own = latents(candidate_dir, list(GATE_TEXTS))  # each latent is FRAME_COUNT frames long
     same = [(a, b) for a, b in zip(reference.latents, own, strict=True) if a.shape == b.shape]
     acoustic_snr = snr_db([a for a, _ in same], [b for _, b in same]) if same else -math.inf
-    return gate_vocoder(
+    report = gate_vocoder(
         reference,
         candidate_dir / VOCODER_FILE,
         precision,
@@ -183,6 +187,18 @@ def gate_voice(
         candidate_latents=own,
         acoustic=(acoustic_snr, len(own) - len(same)),
     )
+    return _frames_kept(report) if precision in SAME_FRAMES else report
+
+
+def _frames_kept(report: GateReport) -> GateReport:
+    """``report``, refused if any sentence's frame count differs from FP32's."""
+    if not report.acoustic_frames_changed:
+        return report
+    failed = (
+        f"{report.acoustic_frames_changed} of {report.sentences} sentences changed frame count "
+        f"(an {report.precision.upper()} export must keep FP32's durations)"
+    )
+    return replace(report, accepted=False, reason=failed if report.accepted else f"{report.reason}; {failed}")
 
 
 def settle(report: GateReport, thresholds: GateThresholds) -> GateReport:
@@ -214,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     add_gate_arguments(parser)
     args = parser.parse_args(argv)
     voice = Voice.load(args.candidate)
-    precision = "int8" if "int8" in voice.precision.values() else "fp16"
+    precision = "int8" if any(p.startswith("int8") for p in voice.precision.values()) else "fp16"
     report = gate_voice(
         voice_reference(args.fp32), args.fp32, args.candidate, precision, gate_thresholds(args)
     )

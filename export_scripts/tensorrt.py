@@ -120,7 +120,7 @@ def engines(repo: Path, max_batch: int) -> list[tuple[Path, str, Profile]]:
                 continue
             if cpu_int8(onnx_path):
                 raise ValueError(
-                    f"{onnx_path} is an INT8 vocoder laid out for onnxruntime's CPU kernels "
+                    f"{onnx_path} is an INT8 {stage} graph laid out for onnxruntime's CPU kernels "
                     "(`export int8` / `--precision int8`); on GPU nodes serve the fp32 or fp16 export"
                 )
             speaker = "SPEAKER_ID" in graph_inputs(onnx_path)

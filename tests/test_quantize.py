@@ -1,8 +1,11 @@
-"""The INT8 vocoder export of the joe voice (real weights) through the precision gate.
+"""The INT8 exports of the joe voice (real weights) through the precision gate.
 
-The shipped recipe is accepted, quantising every layer is refused, and FP32 against
-itself is what an ideal export would measure. The gate's FP32 side (30 sentences through
-the voice and the recogniser) is measured once for the module and shared.
+The vocoder: the shipped recipe is accepted, quantising every layer is refused, and FP32
+against itself is what an ideal export would measure. The VITS flow (``--stages flow``):
+accepted with FP32's frame counts, only the flow's convolutions quantised (also in a
+Coqui VITS export), and a recipe that reaches the duration predictor refused. The gate's
+FP32 side (30 sentences through the voice and the recogniser) is measured once for the
+module and shared.
 """
 
 from __future__ import annotations
@@ -19,17 +22,31 @@ import onnx
 import pytest
 
 from triton_tts import cli
+from triton_tts.export import quantize
+from triton_tts.export.int8_stages import FLOW, VOCODER, int8_stages
 from triton_tts.export.precision_gate import (
     QUALITY_FILE,
     Reference,
     gate_vocoder,
+    gate_voice,
     read_report,
     voice_reference,
 )
-from triton_tts.export.quantize import export_int8_voice
+from triton_tts.export.quantize import (
+    CALIBRATION_TEXTS,
+    NoFlow,
+    acoustic_feeds,
+    export_int8_voice,
+    flow_convolutions,
+    flow_layers,
+    quantize_acoustic_convolutions,
+    quantize_flow,
+)
+from triton_tts.export.voice_runs import latents
 from triton_tts.gate_texts import GATE_TEXTS
-from triton_tts.intelligibility import MIN_SNR_DB, GateThresholds
-from triton_tts.stages import VocoderRunner
+from triton_tts.intelligibility import MIN_SNR_DB, GateThresholds, snr_db
+from triton_tts.stages import AcousticRunner, VocoderRunner
+from triton_tts.testing.sample_texts import SENTENCES
 from triton_tts.voice import ACOUSTIC_FILE, VOCODER_FILE, Voice
 
 
@@ -148,3 +165,174 @@ def test_gpu_engine_builder_refuses_the_cpu_int8_vocoder(int8_voice: Path, tmp_p
     (model_dir / "model.onnx").write_bytes((int8_voice / VOCODER_FILE).read_bytes())
     with pytest.raises(ValueError, match="fp32 or fp16 export"):
         tensorrt.engines(tmp_path, 16)
+
+
+# --- the VITS flow (--stages flow) -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def flow_voice(voice_dir: Path, reference: Reference, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """joe with its flow in INT8, through the whole gate (WER included)."""
+    out = tmp_path_factory.mktemp("int8-flow") / "joe-int8-flow"
+    export_int8_voice(voice_dir, out, reference=reference, stages=(FLOW,))
+    return out
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    return a.samefile(b) or a.read_bytes() == b.read_bytes()
+
+
+def test_the_flow_is_accepted_with_fp32s_frame_counts(flow_voice: Path, voice_dir: Path) -> None:
+    report = read_report(flow_voice)
+    assert report.accepted and not report.exported_anyway and report.sentences == len(GATE_TEXTS)
+    assert report.acoustic_frames_changed == 0  # FRAME_COUNT is FP32's on every gate sentence
+    assert report.acoustic_snr_db is not None and report.acoustic_snr_db >= MIN_SNR_DB["int8"]  # 25.1 dB
+    assert report.snr_db == math.inf  # the vocoder is FP32's own file
+    assert report.wer_fp32 is not None and report.wer_candidate is not None
+    assert report.wer_candidate <= report.wer_fp32 + report.max_wer_increase
+    voice = Voice.load(flow_voice)
+    assert voice.name == "joe-int8-flow"
+    assert voice.precision == {"acoustic": "int8-flow", "vocoder": "fp32"}
+    assert _same_file(flow_voice / VOCODER_FILE, voice_dir / VOCODER_FILE)
+
+
+def test_only_the_flow_is_quantised(flow_voice: Path, voice_dir: Path) -> None:
+    fp32 = onnx.load(str(voice_dir / ACOUSTIC_FILE)).graph
+    int8 = onnx.load(str(flow_voice / ACOUSTIC_FILE)).graph
+    quantised = flow_convolutions(fp32)
+    # joe: 4 coupling layers of 10 convolutions; each layer's output projection stays FP32
+    assert len(quantised) == 36 and all(name.startswith("/flow/flows.") for name in quantised)
+    layers = [[n.name for n in nodes if n.op_type == "Conv"] for nodes in flow_layers(int8).values()]
+    assert [len(convs) for convs in layers if convs] == [1, 1, 1, 1]
+    assert all(convs[0].endswith("/post/Conv") for convs in layers if convs)
+    # every other node and its weights are FP32's, untouched (the noise, the durations...)
+    kept = {node.SerializeToString() for node in int8.node}
+    others = [node for node in fp32.node if node.name not in quantised]
+    assert all(node.SerializeToString() in kept for node in others)
+    weights = {tensor.name: tensor for tensor in int8.initializer}
+    used = {name for node in others for name in node.input}
+    assert all(weights[t.name] == t for t in fp32.initializer if t.name in used)
+    # integer arithmetic exists only in and around those convolutions
+    assert sorted(n.name for n in int8.node if n.op_type == "QLinearConv") == sorted(
+        f"{q}_quant" for q in quantised
+    )
+    producers = {out: node for node in int8.node for out in node.output}
+    for node in int8.node:
+        if node.op_type == "QuantizeLinear":
+            assert {n.op_type for n in int8.node if node.output[0] in n.input} == {"QLinearConv"}
+        if node.op_type == "DequantizeLinear":
+            assert producers[node.input[0]].op_type == "QLinearConv"
+    assert {n.op_type for n in int8.node} - {n.op_type for n in fp32.node} == {
+        "QuantizeLinear",
+        "QLinearConv",
+        "DequantizeLinear",
+    }
+
+
+def test_flow_frame_counts_in_a_padded_batch_with_noise_on(flow_voice: Path, voice_dir: Path) -> None:
+    """As the acoustic model serves it: a padded batch, the voice's noise scale (noise_w off,
+    so that durations are not random in either graph)."""
+    voice = Voice.load(voice_dir)
+    ids = [feeds["PHONEME_IDS"][0] for feeds in acoustic_feeds(voice_dir, SENTENCES)]
+    scales = [np.array([voice.noise_scale, voice.length_scale, 0.0], dtype=np.float32)] * len(ids)
+    fp32, int8 = (
+        AcousticRunner(folder / ACOUSTIC_FILE, 1, len(ids), 1 << 20).run(ids, scales)
+        for folder in (voice_dir, flow_voice)
+    )
+    assert [item[1] for item in int8] == [item[1] for item in fp32]  # type: ignore[index]
+
+
+def test_a_recipe_that_reaches_the_durations_is_refused(
+    voice_dir: Path, reference: Reference, tmp_path: Path
+) -> None:
+    """Every convolution of the acoustic graph quantised, the duration predictor's too:
+    frame counts move (26 of 30 sentences when measured) and the gate says no."""
+    candidate = tmp_path / "joe-every-convolution"
+    candidate.mkdir()
+    for name in ("voice.json", VOCODER_FILE):
+        (candidate / name).write_bytes((voice_dir / name).read_bytes())
+    graph = onnx.load(str(voice_dir / ACOUSTIC_FILE), load_external_data=False).graph
+    every = [node.name for node in graph.node if node.op_type == "Conv"]
+    calibration = acoustic_feeds(voice_dir, CALIBRATION_TEXTS)
+    quantize_acoustic_convolutions(voice_dir / ACOUSTIC_FILE, candidate / ACOUSTIC_FILE, calibration, every)
+    report = gate_voice(reference, voice_dir, candidate, "int8", GateThresholds(measure_wer=False))
+    moved = report.acoustic_frames_changed
+    assert not report.accepted and moved > 0
+    assert f"{moved} of {len(GATE_TEXTS)} sentences changed frame count" in report.reason
+
+
+def test_the_command_takes_stages(voice_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[tuple[str, ...]] = []
+    monkeypatch.setattr(quantize, "run", lambda voice, out, thresholds, stages: asked.append(stages))
+    command = ["export", "int8", "--voice", str(voice_dir), "--out", str(tmp_path / "out")]
+    assert cli.main(command) == 0
+    assert cli.main([*command, "--stages", VOCODER, FLOW]) == 0
+    assert cli.main([*command, "--stages", FLOW]) == 0
+    assert [int8_stages(stages) for stages in asked] == [(VOCODER,), (FLOW, VOCODER), (FLOW,)]
+
+
+def test_an_unknown_stage_is_refused(
+    voice_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    command = ["export", "int8", "--voice", str(voice_dir), "--out", str(tmp_path / "out")]
+    with pytest.raises(SystemExit) as stopped:
+        cli.main([*command, "--stages", FLOW, "durations"])
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("triton-tts export int8: error: argument --stages: invalid choice: 'durations'")
+    assert FLOW in error and VOCODER in error
+    with pytest.raises(ValueError, match="unknown INT8 stage durations: choose from flow, vocoder"):
+        export_int8_voice(voice_dir, tmp_path / "out", stages=("durations",))
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_voice_without_a_flow_is_refused(
+    voice_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A graph with no 'flow' scope (here joe's vocoder standing in as the acoustic graph,
+    as a FastPitch's would): one line, exit 1, nothing written."""
+    flowless = tmp_path / "flowless"
+    flowless.mkdir()
+    (flowless / "voice.json").write_bytes((voice_dir / "voice.json").read_bytes())
+    (flowless / ACOUSTIC_FILE).write_bytes((voice_dir / VOCODER_FILE).read_bytes())
+    out = tmp_path / "out"
+    assert cli.main(["export", "int8", "--voice", str(flowless), "--out", str(out), "--stages", FLOW]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (
+        f"triton-tts: {flowless / ACOUSTIC_FILE} has no VITS flow (no convolution in a 'flow' scope): "
+        "--stages flow is for VITS voices (Piper, Coqui VITS)"
+    )
+    assert not out.exists()
+    with pytest.raises(NoFlow, match="there is no"):
+        quantize_flow(tmp_path / "absent.onnx", tmp_path / "int8.onnx", [])
+
+
+def test_the_flow_of_a_coqui_vits_export(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The same selection on a Coqui VITS export (random weights, 2 coupling layers): only
+    its flow's convolutions quantised, its frame counts kept."""
+    pytest.importorskip("TTS", reason="the Coqui export extra is not installed")
+    from triton_tts.export.coqui.export import export_coqui
+    from triton_tts.export.coqui.loading import load
+    from triton_tts.testing.coqui_checkpoints import build_tts
+
+    saved = build_tts("vits", tmp_path_factory.mktemp("vits-checkpoint"))
+    fp32 = tmp_path_factory.mktemp("voices") / "coqui-vits"
+    export_coqui(load(checkpoint=saved.checkpoint, config=saved.config), fp32)
+    int8 = fp32.with_name("coqui-vits-int8-flow")
+    int8.mkdir()
+    (int8 / "voice.json").write_bytes((fp32 / "voice.json").read_bytes())
+    quantize_flow(fp32 / ACOUSTIC_FILE, int8 / ACOUSTIC_FILE, acoustic_feeds(fp32, CALIBRATION_TEXTS))
+    graph = onnx.load(str(fp32 / ACOUSTIC_FILE), load_external_data=False).graph
+    quantised = flow_convolutions(graph)
+    flow = [n.name for nodes in flow_layers(graph).values() for n in nodes if n.op_type == "Conv"]
+    every = [n.name for n in graph.node if n.op_type == "Conv"]
+    assert 0 < len(quantised) < len(flow) < len(every)  # the duration predictor has "flows" too
+    assert not any("duration_predictor" in name for name in flow)
+    int8_graph = onnx.load(str(int8 / ACOUSTIC_FILE), load_external_data=False).graph
+    assert sorted(n.name for n in int8_graph.node if n.op_type == "QLinearConv") == sorted(
+        f"{name}_quant" for name in quantised
+    )
+    texts = list(SENTENCES)
+    reference, candidate = latents(fp32, texts), latents(int8, texts)
+    assert [a.shape for a in candidate] == [a.shape for a in reference]
+    assert snr_db(reference, candidate) > 10.0  # random weights: a sanity bound, not a quality figure

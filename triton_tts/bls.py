@@ -310,7 +310,7 @@ def in_order(
     count = len(request.chunks)
     pending: dict[int, Future[Audio]] = {}
     submitted = 0
-    stopped = cancellation if cancellation is not None else (lambda: False)
+    stopped: Callable[[], bool] = cancellation if cancellation is not None else (lambda: False)
     for index in range(count):
         # The first chunk travels alone: the stages run a batch's items one after
         # another, so chunk 0 batched behind the (long) chunk 1 would wait for it.

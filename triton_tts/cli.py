@@ -198,7 +198,7 @@ def cmd_export_int8(args: argparse.Namespace) -> int:
     from triton_tts.export import quantize
     from triton_tts.intelligibility import gate_thresholds
 
-    quantize.run(ensure_default_voice(args.voice), args.out, gate_thresholds(args))
+    quantize.run(ensure_default_voice(args.voice), args.out, gate_thresholds(args), tuple(args.stages))
     return 0
 
 
@@ -284,6 +284,23 @@ def _add_inspection_commands(sub: Any, defaults: type[argparse.HelpFormatter]) -
     frontend.set_defaults(func=cmd_frontend)
 
 
+def _add_export_int8(export_sub: Any, defaults: type[argparse.HelpFormatter]) -> None:
+    from triton_tts.export.int8_stages import add_stages_argument
+    from triton_tts.intelligibility import add_gate_arguments
+
+    int8 = export_sub.add_parser(
+        "int8",
+        help="a copy of a voice with its vocoder and/or VITS flow in static INT8, gated against FP32 "
+        "(SNR and WER)",
+        formatter_class=defaults,
+    )
+    int8.add_argument("--voice", type=Path, default=paths.default_voice_dir(), help="FP32 voice folder")
+    int8.add_argument("--out", type=Path, required=True, help="voice folder to write")
+    add_stages_argument(int8)
+    add_gate_arguments(int8)
+    int8.set_defaults(func=cmd_export_int8)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="triton-tts", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
@@ -358,17 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
     piper.add_argument("--name", help="voice name")
     piper.add_argument("--out", type=Path, required=True, help="voice folder to write")
     piper.set_defaults(func=cmd_export_piper)
-    int8 = export_sub.add_parser(
-        "int8",
-        help="a copy of a voice with a static INT8 vocoder, gated against FP32 (SNR and WER)",
-        formatter_class=defaults,
-    )
-    int8.add_argument("--voice", type=Path, default=paths.default_voice_dir(), help="FP32 voice folder")
-    int8.add_argument("--out", type=Path, required=True, help="voice folder to write")
-    from triton_tts.intelligibility import add_gate_arguments
-
-    add_gate_arguments(int8)
-    int8.set_defaults(func=cmd_export_int8)
+    _add_export_int8(export_sub, defaults)
     coqui_parser = export_sub.add_parser(
         "coqui",
         help="export a Coqui TTS model (VITS, FastPitch, FastSpeech2, Glow-TTS, Tacotron2) + vocoder",

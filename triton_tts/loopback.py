@@ -21,6 +21,7 @@ import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -82,7 +83,7 @@ class Loopback:
         url = os.environ.get(GRPC_URL_ENV, "").strip()
         return cls(url, priority) if url and priority > 0 else None
 
-    def _client(self):  # type: ignore[no-untyped-def]
+    def _client(self) -> Any:
         client = getattr(self._local, "client", None)
         if client is None:
             import tritonclient.grpc as grpcclient

@@ -135,7 +135,7 @@ class BuildOptions:
         (1,), "CPU acoustic/vocoder batcher; none: batch whatever is queued", minimum=1
     )
     queue_delay_us: int = option(
-        2000, "CPU batchers' wait for a fuller batch (acoustic/vocoder: only without preferred sizes)", minimum=0
+        2000, "CPU batchers' wait for a fuller batch (acoustic/vocoder: without preferred sizes)", minimum=0
     )
     # ONNX runs per Triton execution on CPU: 1 item per run measured fastest here (see
     # triton_tts/stages.py); the padded-size caps bound memory when runs hold more.

@@ -60,7 +60,7 @@ class Voice:
     noise_w: float = 0.8
     source: str = ""
     licence: str = ""
-    # stage -> "fp32" | "fp16" | "int8"; stages not named are FP32
+    # stage -> "fp32" | "fp16" | "int8" | "int8-flow" (acoustic: its flow only); stages not named are FP32
     precision: dict[str, str] = field(default_factory=dict)
     # Token framing. None: Piper's (BOS, then every symbol followed by PAD, then EOS).
     # Coqui: optional BOS/EOS, optional blank interspersed (also at both ends).
