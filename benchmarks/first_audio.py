@@ -18,7 +18,7 @@ the highest level (a refused stream would measure the client's retry, not the se
 
     python -m benchmarks.first_audio                                # every variant, c 1/4/8/16
     python -m benchmarks.first_audio --variants before default --levels 1 8 --rounds 2
-    python -m benchmarks.first_audio --url-grpc gpu-node:8001 --variants running   # a running server
+    python -m benchmarks.first_audio --url-grpc gpu-node:8001        # a running server, as configured
 
 Writes results/first_audio.json, results/first_audio.md (tables) and results/first_audio.png
 (plot), stamped with date, commit and machine (benchmarks/stamp.py).
