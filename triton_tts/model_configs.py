@@ -285,6 +285,7 @@ DEFAULT_PRIORITY = 2
 
 
 def _priorities(config: mc.ModelConfig) -> None:
+    """Two levels; Triton bounds each level's queue by the queue policy on its own."""
     config.dynamic_batching.priority_levels = DEFAULT_PRIORITY
     config.dynamic_batching.default_priority_level = DEFAULT_PRIORITY
 
