@@ -142,8 +142,9 @@ def test_tts_chunk_refuses_what_would_not_fit_and_tts_says_it_in_pieces(http) ->
     slow = http.infer("tts", tts_inputs(httpclient, text, SPEED=MIN_SPEED, NOISE_SCALE=0.0, NOISE_W=0.0))
     normal_s = normal.as_numpy("AUDIO").size
     slow_s = slow.as_numpy("AUDIO").size
-    # four times slower, said whole: pauses between more chunks add a little
-    assert 3.3 <= slow_s / normal_s <= 4.8, slow_s / normal_s
+    # four times slower, said whole. Both are said in chunks (the ramp cuts the normal one
+    # at clauses too), and the pauses between them do not all stretch with SPEED.
+    assert 3.1 <= slow_s / normal_s <= 4.8, slow_s / normal_s
     assert np.isfinite(slow.as_numpy("AUDIO")).all()
 
 
