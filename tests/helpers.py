@@ -87,17 +87,31 @@ def metric_total(metrics_port: int, name: str, **labels: str) -> float:
 # against split_text itself. Its six sentences have no abbreviations, decimals or quotes:
 # each ends at ". " (tests/test_chunking.py checks these lengths and counts).
 PARAGRAPH_SENTENCE_LENGTHS = (39, 134, 96, 113, 117, 100)
-# Each sentence's clauses (cut after ",;:"), where a ramped chunk limit may cut it.
-PARAGRAPH_CLAUSE_LENGTHS = ((39,), (42, 91), (46, 49), (32, 9, 17, 52), (42, 74), (56, 43))
-PARAGRAPH_CHUNKS = 5  # 39 | 42 | 91 | 96 113 117 (328 with the spaces) | 100
-FIRST_CHARS, MAX_CHARS, GROWTH = 40, 400, 2  # the served plan (model_configs.BuildOptions)
+PARAGRAPH_CHUNKS = 3  # tts: 39 | 134 96 113 (345 with the spaces) | 117 100 (218)
 
 
 def paragraph_chunks(copies: int) -> int:
-    """Chunks of ``copies`` PARAGRAPHs joined by spaces, by the rules of the served plan:
-    sentence 1 (39 characters) is the first chunk; each later chunk takes whole sentences
-    while they fit in its limit, GROWTH x the characters before it (at least FIRST_CHARS,
-    at most MAX_CHARS); a sentence longer than the limit goes clause by clause."""
+    """tts's chunks of ``copies`` PARAGRAPHs joined by spaces. Sentence 1 is the first chunk;
+    from sentence 2 on they pack as [2 3 4] 345, [5 6 1 2] 393, [3 4 5] 328, [6 1 2 3]
+    372, [4 5 6 1] 372 characters: five chunks for every 18 sentences, then the same
+    again from sentence 2. A last, partial round has a chunk for each of these starts it
+    reaches."""
+    starts = (0, 3, 7, 10, 14)  # the round's chunks start at its 1st, 4th, 8th, 11th, 15th sentence
+    rounds, left = divmod(6 * copies - 1, 18)
+    return 1 + 5 * rounds + sum(start < left for start in starts)
+
+
+# Each sentence's clauses (cut after ",;:"), where a stream's ramped chunk limit may cut it.
+PARAGRAPH_CLAUSE_LENGTHS = ((39,), (42, 91), (46, 49), (32, 9, 17, 52), (42, 74), (56, 43))
+STREAM_PARAGRAPH_CHUNKS = 5  # tts_stream: 39 | 42 | 91 | 96 113 117 (328 with the spaces) | 100
+FIRST_CHARS, MAX_CHARS, GROWTH = 40, 400, 2  # a stream's plan (model_configs.BuildOptions)
+
+
+def stream_paragraph_chunks(copies: int) -> int:
+    """tts_stream's chunks of ``copies`` PARAGRAPHs joined by spaces, by the rules of its
+    plan: sentence 1 (39 characters) is the first chunk; each later chunk takes whole
+    sentences while they fit in its limit, GROWTH x the characters before it (at least
+    FIRST_CHARS, at most MAX_CHARS); a sentence longer than the limit goes clause by clause."""
     sentences = [PARAGRAPH_CLAUSE_LENGTHS[k % 6] for k in range(6 * copies)]
     said, count, length = sentences[0][0], 1, 0
 
@@ -112,6 +126,14 @@ def paragraph_chunks(copies: int) -> int:
             else:
                 length = length + 1 + piece if length else piece
     return count + (1 if length else 0)
+
+
+def assert_says_as_long(streamed: npt.NDArray[np.float32], whole: npt.NDArray[np.float32]) -> None:
+    """A stream's audio against tts's for the same text: the stream is cut into more, shorter
+    chunks (a short first chunk, then the ramp), so their joins differ, but the speech is
+    the same, within the pauses a few more chunk edges add (3%)."""
+    assert np.isfinite(streamed).all() and streamed.size > 0
+    assert abs(streamed.size - whole.size) <= 0.03 * whole.size, (streamed.size, whole.size)
 
 
 # How tritonserver shows a crash: a fatal signal's message and stack trace, a failed stop,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -38,7 +39,7 @@ STAGES = ("preprocess", "acoustic", "vocoder", "postprocess")
 
 def all_at_once(
     http: httpclient.InferenceServerClient,
-) -> tuple[list[np.ndarray], dict[str, tuple[int, int]]]:
+) -> tuple[list[Any], dict[str, tuple[int, int]]]:
     """MIXED sent together through the ensemble: the audio, and each stage's (inferences,
     executions) for them. (Its stages admit 32 waiting; tts admits 4 + 8 texts, one per
     instance, which leaves the stages too little backlog to batch reliably.)"""

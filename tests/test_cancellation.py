@@ -124,7 +124,7 @@ def test_triton_does_not_notice_an_http_client_that_goes_away(server: TritonServ
             impatient.infer("tts", tts_inputs(httpclient, text))
     finally:
         impatient.close()
-    assert settle(http, QUIET_S) - start == paragraph_chunks(2)  # 6
+    assert settle(http, QUIET_S) - start == paragraph_chunks(2)  # 5 (tts)
 
 
 def test_a_streams_own_timeout_ends_it_with_an_error(server: TritonServer, http) -> None:

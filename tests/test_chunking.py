@@ -18,9 +18,11 @@ from tests.helpers import (
     PARAGRAPH_CHUNKS,
     PARAGRAPH_CLAUSE_LENGTHS,
     PARAGRAPH_SENTENCE_LENGTHS,
+    STREAM_PARAGRAPH_CHUNKS,
     paragraph_chunks,
+    stream_paragraph_chunks,
 )
-from triton_tts.chunking import ChunkPlan, split_text
+from triton_tts.chunking import FIRST_CHUNK_CHARS, ChunkPlan, split_text
 from triton_tts.model_configs import BuildOptions
 from triton_tts.testing.sample_texts import PARAGRAPH
 from triton_tts.text.normalize import normalize_english
@@ -221,22 +223,24 @@ def test_nothing_is_dropped_added_or_moved(text: str, plan: ChunkPlan) -> None:
 
 def test_paragraph_chunk_counts_worked_out_by_hand() -> None:
     """The served tests compare chunk counts with tests/helpers.py's rules; here split_text
-    is held to them, with the premises they rest on (the served plan, the lengths)."""
+    is held to them, with the premises they rest on (the served plans, the lengths)."""
     defaults = BuildOptions()
     assert (defaults.first_chunk_chars, defaults.chunk_chars, defaults.chunk_growth) == (
         FIRST_CHARS,
         MAX_CHARS,
         GROWTH,
     )
-    served = ChunkPlan(FIRST_CHARS, MAX_CHARS, GROWTH)
+    whole = ChunkPlan(FIRST_CHUNK_CHARS, MAX_CHARS)  # tts
+    stream = ChunkPlan(FIRST_CHARS, MAX_CHARS, GROWTH)  # tts_stream
     sentences = [s if s.endswith(".") else f"{s}." for s in PARAGRAPH.split(". ")]
     assert " ".join(sentences) == PARAGRAPH
     assert tuple(len(s) for s in sentences) == PARAGRAPH_SENTENCE_LENGTHS
     for sentence, clauses in zip(sentences, PARAGRAPH_CLAUSE_LENGTHS, strict=True):
         assert tuple(len(c) for c in re.split(r"(?<=[,;:]) ", sentence)) == clauses
+    assert split_text(PARAGRAPH, whole) == [sentences[0], " ".join(sentences[1:4]), " ".join(sentences[4:])]
     second, third = sentences[1].split(": ")
     assert (
-        split_text(PARAGRAPH, served)
+        split_text(PARAGRAPH, stream)
         == [
             sentences[0],
             second + ":",  # the ramp: at most 2 x 39 characters, so the sentence goes by clauses
@@ -245,10 +249,15 @@ def test_paragraph_chunk_counts_worked_out_by_hand() -> None:
             sentences[5],
         ]
     )
-    assert len(split_text(PARAGRAPH, served)) == PARAGRAPH_CHUNKS
-    assert [paragraph_chunks(n) for n in (1, 3, 10)] == [5, 8, 20]
+    assert len(split_text(PARAGRAPH, whole)) == PARAGRAPH_CHUNKS
+    assert len(split_text(PARAGRAPH, stream)) == STREAM_PARAGRAPH_CHUNKS
+    # tts: 1 paragraph: 3; 3: 1 + five chunks of the round + none = 6; 10: 1 + 3 rounds + 2 = 18
+    assert [paragraph_chunks(n) for n in (1, 3, 10)] == [3, 6, 18]
+    assert [stream_paragraph_chunks(n) for n in (1, 3, 10)] == [5, 8, 20]
     for copies in range(1, 13):
-        assert len(split_text(" ".join([PARAGRAPH] * copies), served)) == paragraph_chunks(copies), copies
+        text = " ".join([PARAGRAPH] * copies)
+        assert len(split_text(text, whole)) == paragraph_chunks(copies), copies
+        assert len(split_text(text, stream)) == stream_paragraph_chunks(copies), copies
 
 
 def test_a_ramp_grows_chunks_from_short_to_the_limit_and_cuts_only_at_clauses() -> None:

@@ -14,10 +14,12 @@ from tritonclient.utils import InferenceServerException
 
 from tests.helpers import (
     DETERMINISTIC,
-    PARAGRAPH_CHUNKS,
+    STREAM_PARAGRAPH_CHUNKS,
+    assert_says_as_long,
     metric_total,
     model_counts,
     paragraph_chunks,
+    stream_paragraph_chunks,
     stream_raw,
     synthesize,
     wait_until,
@@ -30,13 +32,11 @@ from triton_tts.server import TritonServer
 from triton_tts.testing.sample_texts import PARAGRAPH
 from triton_tts.text.normalize import normalize_english
 
-JOIN_ATOL = 2e-4  # chunks batch with different neighbours in the two runs: rounding only
-
 
 def test_chunks_arrive_in_order_and_join_into_the_whole_audio(server: TritonServer, http) -> None:
     chunks, errors = stream_raw(server.grpc_url, PARAGRAPH, **DETERMINISTIC)
     assert not errors
-    assert [c["index"] for c in chunks] == list(range(PARAGRAPH_CHUNKS))  # by hand: tests/helpers.py
+    assert [c["index"] for c in chunks] == list(range(STREAM_PARAGRAPH_CHUNKS))  # by hand: tests/helpers.py
     assert [c["last"] for c in chunks] == [False] * (len(chunks) - 1) + [True]
     assert {c["rate"] for c in chunks} == {22050}
     # the first chunk is short, for fast first audio
@@ -47,9 +47,7 @@ def test_chunks_arrive_in_order_and_join_into_the_whole_audio(server: TritonServ
     for before, after in itertools.pairwise(chunks):
         assert before["audio"][-1] == 0.0 and after["audio"][0] == 0.0
     whole, _ = synthesize(http, PARAGRAPH, **DETERMINISTIC)
-    streamed = np.concatenate([c["audio"] for c in chunks])
-    assert streamed.shape == whole.shape
-    np.testing.assert_allclose(streamed, whole, atol=JOIN_ATOL)
+    assert_says_as_long(np.concatenate([c["audio"] for c in chunks]), whole)
 
 
 def test_streams_one_after_another_and_concurrently(server: TritonServer) -> None:
@@ -74,7 +72,7 @@ def test_stream_errors_are_sent_then_the_stream_ends(server: TritonServer) -> No
 
 def test_cancelling_a_stream_frees_the_server(server: TritonServer, http) -> None:
     long_text = " ".join([PARAGRAPH] * 8)
-    planned = paragraph_chunks(8)  # 16
+    planned = stream_paragraph_chunks(8)  # 16
     before, _ = model_counts(http, "tts_chunk")
     cancelled = {"model": "tts_stream", "reason": "cancelled"}
     cancelled_before = metric_total(server.metrics_port, REQUESTS.name, **cancelled)
@@ -113,7 +111,7 @@ def test_long_text_is_said_whole(http) -> None:
     before, _ = model_counts(http, "tts_chunk")
     audio, rate = synthesize(http, chapter, **DETERMINISTIC)
     after, _ = model_counts(http, "tts_chunk")
-    assert after - before == paragraph_chunks(10)  # 20
+    assert after - before == paragraph_chunks(10)  # 18 (tts)
     assert np.isfinite(audio).all() and np.abs(audio).max() <= 1.0
     seconds = {s: len(a) / r for s, (a, r) in solo.items()}
     expected_s = 10 * sum(seconds[s] for s in sentences) + seconds[LAST_SENTENCE]
@@ -162,7 +160,7 @@ def test_async_client(server: TritonServer, protocol: str) -> None:
 
     samples, chunk_count = asyncio.run(run())
     assert samples > 22050 * 2
-    assert chunk_count == (PARAGRAPH_CHUNKS if protocol == "grpc" else 0)
+    assert chunk_count == (STREAM_PARAGRAPH_CHUNKS if protocol == "grpc" else 0)
 
 
 def run_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[bytes]:

@@ -12,7 +12,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.helpers import PARAGRAPH_CHUNKS, model_counts, stream_raw, synthesize
+from tests.helpers import PARAGRAPH_CHUNKS, STREAM_PARAGRAPH_CHUNKS, model_counts, stream_raw, synthesize
 from triton_tts.metrics import (
     AUDIO_SECONDS,
     CHARACTERS,
@@ -139,7 +139,7 @@ def test_streams_add_chunks_audio_and_first_chunk_latency(server: TritonServer, 
     assert delta(before, after, REQUESTS.name, reason="invalid", **stream) == 1
     assert delta(before, after, CHARACTERS.name, **joe) == sum(len(t) for t in texts)
     assert delta(before, after, CHUNKS.name + "_sum", **stream) == sum(len(c) for c in streams)
-    assert sum(len(c) for c in streams) == 1 + PARAGRAPH_CHUNKS  # by hand, as above
+    assert sum(len(c) for c in streams) == 1 + STREAM_PARAGRAPH_CHUNKS  # by hand, as above
     audio_s = sum(len(c["audio"]) / c["rate"] for chunks in streams for c in chunks)
     assert delta(before, after, AUDIO_SECONDS.name, **joe) == pytest.approx(audio_s, abs=FLOAT_SLACK)
     first = FIRST_CHUNK_SECONDS.name
