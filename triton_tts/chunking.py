@@ -1,7 +1,8 @@
 """Long text -> chunks the voice can say one at a time, and joining their audio back.
 
-Both the non-streaming ``tts`` model and the streaming ``tts_stream`` model use this, so
-the two give the same audio for the same text (apart from how it is delivered).
+Both the non-streaming ``tts`` model and the streaming ``tts_stream`` model use this,
+each with its own plan: ``tts`` whole sentences, a stream a short first chunk and a ramp
+(model_configs.BuildOptions).
 
 Chunking: text (normalised, or as written with NORMALIZE false) is split into sentences,
 then packed into chunks of up to ``max_chars``. The first chunk is kept short (the first

@@ -1,7 +1,8 @@
 """``tts_stream``: decoupled streaming synthesis, audio chunk by chunk, in order (gRPC).
 
-The text is chunked exactly as ``tts`` chunks it (a short first chunk for fast first
-audio); each chunk goes through the ``tts_chunk`` ensemble while earlier ones are being
+The text is chunked by the same rules as in ``tts``, with a stream's plan (a short first
+chunk, then a ramp, for fast first audio); each chunk goes through the ``tts_chunk``
+ensemble while earlier ones are being
 delivered. Every response carries AUDIO, SAMPLE_RATE, CHUNK_INDEX and IS_LAST; the final
 flag is always sent (from a ``finally``), also after an error, and a cancelled request
 (the client went away) or one its own ``timeout`` outlives stops before its next chunk
