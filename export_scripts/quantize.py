@@ -148,16 +148,10 @@ def quantize_convolutions(
         keep_fp32 = [convolutions[0], *upsamplers[:1], convolutions[-1]] if keep_fp32_layers else []
         speaker = "SPEAKER_ID" in graph_inputs(prepared)
         quantised = Path(tmp) / "int8.onnx"
-        quantize_static(
-            str(prepared),
-            str(quantised),
-            _Feeds([vocoder_feeds(latent, speaker) for latent in calibration]),
-            quant_format=QuantFormat.QOperator,
-            per_channel=True,
-            activation_type=QuantType.QUInt8,
-            weight_type=QuantType.QInt8,
-            calibrate_method=CalibrationMethod.MinMax,
-            op_types_to_quantize=["Conv"],
+        _int8_convolutions(
+            prepared,
+            quantised,
+            [vocoder_feeds(latent, speaker) for latent in calibration],
             nodes_to_exclude=keep_fp32,
         )
         return onnx.load(str(quantised))
@@ -237,19 +231,28 @@ def quantize_acoustic_convolutions(
     with tempfile.TemporaryDirectory() as tmp:
         prepared = Path(tmp) / "prepared.onnx"
         quant_pre_process(str(fp32_path), str(prepared), skip_optimization=True, skip_symbolic_shape=True)
-        quantize_static(
-            str(prepared),
-            str(int8_path),
-            _Feeds(calibration),
-            quant_format=QuantFormat.QOperator,
-            per_channel=True,
-            activation_type=QuantType.QUInt8,
-            weight_type=QuantType.QInt8,
-            calibrate_method=CalibrationMethod.MinMax,
-            op_types_to_quantize=["Conv"],
-            nodes_to_quantize=convolutions,
-        )
+        _int8_convolutions(prepared, int8_path, calibration, nodes_to_quantize=convolutions)
     return int8_path
+
+
+def _int8_convolutions(
+    prepared: Path, out: Path, calibration: list[dict[str, Any]], **nodes: list[str]
+) -> None:
+    """The one INT8 recipe of both stages: static QOperator, per-channel INT8 weights,
+    UINT8 activations calibrated with MinMax, convolutions only. ``nodes``: onnxruntime's
+    ``nodes_to_quantize`` or ``nodes_to_exclude``."""
+    quantize_static(
+        str(prepared),
+        str(out),
+        _Feeds(calibration),
+        quant_format=QuantFormat.QOperator,
+        per_channel=True,
+        activation_type=QuantType.QUInt8,
+        weight_type=QuantType.QInt8,
+        calibrate_method=CalibrationMethod.MinMax,
+        op_types_to_quantize=["Conv"],
+        **nodes,
+    )
 
 
 def _link_or_copy(source: Path, target: Path) -> None:

@@ -18,6 +18,7 @@ heard where two waveforms meet; the natural pause VITS puts at a sentence end re
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -165,50 +166,55 @@ def _units(sentence: _Piece, limit: int) -> list[_Piece]:
     return units
 
 
+class _Packer:
+    """Greedy packing: each chunk takes the next units while they fit in its limit (at
+    least one). The limit of a chunk is ``limit_after(characters in the chunks before it)``."""
+
+    def __init__(self, limit_after: Callable[[int], int], said: int = 0) -> None:
+        self._limit_after = limit_after
+        self._said = said
+        self.limit = limit_after(said)  # the chunk being filled
+        self._chunks: list[list[_Piece]] = []
+        self._current: list[_Piece] = []
+        self._length = 0
+
+    def add(self, unit: _Piece) -> None:
+        grown = self._length + (1 if unit.spaced else 0) + len(unit.text) if self._current else len(unit.text)
+        if grown > self.limit and self._current:
+            self._chunks.append(self._current)
+            self._said += self._length
+            self.limit = self._limit_after(self._said)
+            self._current, grown = [], len(unit.text)
+        self._current.append(unit)
+        self._length = grown
+
+    def packed(self) -> list[list[_Piece]]:
+        return [*self._chunks, self._current] if self._current else self._chunks
+
+
 def _pack(units: list[_Piece], limit: int) -> list[list[_Piece]]:
     """Greedy: each chunk takes as many of the next units as fit in ``limit`` (at least one)."""
-    chunks: list[list[_Piece]] = []
-    current: list[_Piece] = []
-    length = 0
+    packer = _Packer(lambda _: limit)
     for unit in units:
-        grown = length + (1 if unit.spaced else 0) + len(unit.text) if current else len(unit.text)
-        if grown > limit and current:
-            chunks.append(current)
-            current, grown = [], len(unit.text)
-        current.append(unit)
-        length = grown
-    if current:
-        chunks.append(current)
-    return chunks
+        packer.add(unit)
+    return packer.packed()
 
 
 def _ramped(sentences: list[_Piece], plan: ChunkPlan, said: int) -> list[list[_Piece]]:
     """Greedy packing under a limit that grows with what is said (ChunkPlan.limit_after):
     a sentence longer than the chunk's limit is cut after its clauses (not between words,
     unless one is longer than ``max_chars``), and a chunk takes at least one piece."""
-    chunks: list[list[_Piece]] = []
-    current: list[_Piece] = []
-    length = 0
-    limit = plan.limit_after(said)
+    packer = _Packer(plan.limit_after, said)
     for sentence in sentences:
         if len(sentence.text) > plan.max_chars:
             units = _units(sentence, plan.max_chars)
-        elif len(sentence.text) > limit:
+        elif len(sentence.text) > packer.limit:
             units = _split_at(sentence, _CLAUSE_BREAK)
         else:
             units = [sentence]
         for unit in units:
-            grown = length + (1 if unit.spaced else 0) + len(unit.text) if current else len(unit.text)
-            if grown > limit and current:
-                chunks.append(current)
-                said += length
-                limit = plan.limit_after(said)
-                current, grown = [], len(unit.text)
-            current.append(unit)
-            length = grown
-    if current:
-        chunks.append(current)
-    return chunks
+            packer.add(unit)
+    return packer.packed()
 
 
 def split_text(text: str, plan: ChunkPlan = ChunkPlan()) -> list[str]:
