@@ -234,7 +234,7 @@ class TritonServer:
                     failure = None if ready else self._unavailable_model(client)
                 except Exception:  # not listening yet
                     ready, failure = False, None
-                if ready:
+                if ready and self._metrics_listening():
                     return
                 if failure:
                     raise RuntimeError(failure)
@@ -242,6 +242,20 @@ class TritonServer:
         finally:
             client.close()
         raise TimeoutError(f"tritonserver not ready after {timeout:.0f} s")
+
+    def _metrics_listening(self) -> bool:
+        """Triton starts its metrics endpoint last, after HTTP answers ready: a caller that
+        scrapes right after wait_ready() would find nothing listening yet."""
+        if any(a in ("--allow-metrics=false", "--allow-metrics=0") for a in self.extra_args):
+            return True
+        import urllib.request
+
+        url = f"http://localhost:{self.metrics_port}/metrics"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
 
     def _load_failure(self) -> str | None:
         """Why Triton gave up at start: the model its log says failed to load, or else (its
