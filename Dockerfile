@@ -50,8 +50,13 @@ ENV TRITON_TTS_HOME=/tmp/triton-tts \
 # The Triton image's unprivileged user (uid 1000).
 USER triton-server
 WORKDIR /tmp
-EXPOSE 8000 8001 8002 8003
+# 8000-8002: Triton's HTTP, gRPC and metrics; 8003: the watchdog's health port; 8080: the
+# OpenAI-compatible gateway.
+EXPOSE 8000 8001 8002 8003 8080
 # tritonserver (the image's) under `triton-tts serve`: a watchdog reloads a model whose
 # Python-backend instance died, and :8003/ready says whether every instance is alive.
+# The same image runs the gateway (it comes with the wheel; no GPU, no model) with the
+# entry point overridden, as the Helm chart does:
+#   docker run --entrypoint triton-tts IMAGE gateway --triton-url TRITON_HOST:8001
 ENTRYPOINT ["triton-tts", "serve", "--no-build"]
 CMD ["--model-repository=/models/repository", "--triton-arg=--exit-timeout-secs=30"]

@@ -12,6 +12,8 @@ DEV_STAMP := $(VENV)/.installed-dev
 PY_VERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 # libpython for Triton's Python-backend stub, which embeds the interpreter of our version.
 APT_PACKAGES := espeak-ng libespeak-ng1 sox libsndfile1 libb64-0d libpython$(PY_VERSION)
+# Development only: a real browser for the gateway page's test (Playwright drives it).
+DEV_APT_PACKAGES := chromium
 # Voices and the built repository live in the checkout (see triton_tts/paths.py).
 export TRITON_TTS_HOME := $(CURDIR)
 REPOSITORY := build/model_repository
@@ -26,20 +28,27 @@ BUILD_BACKEND := $(shell grep -o 'setuptools==[0-9.]*' pyproject.toml)
 HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
+GATEWAY_PORT ?= 8080
 
-.PHONY: setup setup-serve system-packages serve test lint typecheck check voice repo bench bench-peers soak clean
+.PHONY: setup setup-serve system-packages dev-system-packages apt-install serve test lint typecheck check voice repo bench bench-peers soak clean
 
 HELM := .tools/helm
 PROMTOOL := .tools/promtool
 
 # Everything the tests, linters and benchmarks need; setup-serve: only what serving needs.
-setup: setup-serve $(DEV_STAMP) $(HELM) $(PROMTOOL) $(IMAGE_WHEELS)/.complete
+setup: setup-serve dev-system-packages $(DEV_STAMP) $(HELM) $(PROMTOOL) $(IMAGE_WHEELS)/.complete
 
 setup-serve: system-packages $(SERVE_STAMP) voices/joe/voice.json
 
 # Debian packages: espeak-ng for phonemes, libpython3.11 for Triton's Python-backend stub.
 system-packages:
-	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	@$(MAKE) --no-print-directory apt-install PACKAGES="$(APT_PACKAGES)"
+
+dev-system-packages:
+	@$(MAKE) --no-print-directory apt-install PACKAGES="$(DEV_APT_PACKAGES)"
+
+apt-install:
+	@missing=""; for p in $(PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian packages:$$missing"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
@@ -84,7 +93,7 @@ repo: setup-serve
 	$(BIN)/triton-tts build-repo --voice voices/joe --out $(REPOSITORY)
 
 serve: setup-serve
-	$(BIN)/triton-tts serve --voice voices/joe --model-repository $(REPOSITORY) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
+	$(BIN)/triton-tts serve --voice voices/joe --model-repository $(REPOSITORY) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) --gateway-port $(GATEWAY_PORT)
 
 lint: setup
 	$(BIN)/ruff check .

@@ -1,6 +1,7 @@
 """Client library for triton-tts (tritonclient HTTP and gRPC, sync and asyncio, streaming)."""
 
 from triton_tts.client.tts_client import (
+    NO_RETRIES,
     AsyncTTSClient,
     AudioChunk,
     RequestRejected,
@@ -16,6 +17,7 @@ from triton_tts.client.tts_client import (
 )
 
 __all__ = [
+    "NO_RETRIES",
     "AsyncTTSClient",
     "AudioChunk",
     "RequestRejected",

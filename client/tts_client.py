@@ -476,6 +476,23 @@ class AsyncTTSClient(_Settings):
     ) -> None:
         await self.close()
 
+    async def is_ready(self) -> bool:
+        """True when the server answers and both ``tts`` and ``tts_stream`` are ready."""
+        try:
+            ready = [await self._client.is_model_ready(m) for m in (self.model, self.stream_model)]
+        except Exception:  # refused connections and friends
+            return False
+        return all(ready)
+
+    async def voices(self) -> list[VoiceInfo]:
+        """As :meth:`TTSClient.voices`."""
+        with _server_errors(self.url, network=(ConnectionError, OSError)):
+            if self.protocol == "http":
+                config = await self._client.get_model_config(self.model)
+            else:
+                config = (await self._client.get_model_config(self.model, as_json=True))["config"]
+        return _voices(config)
+
     async def synthesize(self, text: str | bytes, **options: Any) -> SynthesisResult:
         """As :meth:`TTSClient.synthesize` (busy refusals retried per ``retry``)."""
         settings = SynthesisOptions(**options)
@@ -501,7 +518,7 @@ class AsyncTTSClient(_Settings):
                 )
         return _result(result)
 
-    async def stream(self, text: str | bytes, **options: Any) -> AsyncIterator[AudioChunk]:
+    async def stream(self, text: str | bytes, **options: Any) -> AsyncGenerator[AudioChunk, None]:
         """As :meth:`TTSClient.stream` (busy refusals retried before the first chunk)."""
         _needs_grpc(self.protocol)
         settings = SynthesisOptions(**options)
@@ -538,15 +555,18 @@ class AsyncTTSClient(_Settings):
         responses = self._client.stream_infer(requests(), stream_timeout=self.timeout_s)
         ended = False
         try:
-            async for result, error in responses:
-                if error is not None:
-                    ended = await _stream_ends(responses)
-                    raise _stream_error(error, self.url)
-                chunk = _chunk(result)
-                yield chunk
-                if chunk.is_last:
-                    ended = await _stream_ends(responses)
-                    return
+            # A call that fails as a whole (no server there, a deadline) raises from the
+            # iteration instead of yielding an error: the block maps that too.
+            with _server_errors(self.url, network=(ConnectionError, OSError)):
+                async for result, error in responses:
+                    if error is not None:
+                        ended = await _stream_ends(responses)
+                        raise _stream_error(error, self.url)
+                    chunk = _chunk(result)
+                    yield chunk
+                    if chunk.is_last:
+                        ended = await _stream_ends(responses)
+                        return
             ended = True
         finally:
             if not ended:

@@ -15,7 +15,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from tests.helpers import shutdown_problems
+from tests.helpers import running_gateway, shutdown_problems
 from triton_tts import paths
 from triton_tts.model_configs import BuildOptions
 from triton_tts.repository import ensure_default_voice
@@ -57,6 +57,14 @@ def server(voice_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     problems = shutdown_problems(running.process.returncode, log_text)
     stopping = log_text[log_text.rfind("Signal (2) received") :].splitlines()[:30]
     assert not problems, "tritonserver did not stop cleanly: {}\n{}".format(problems[:5], "\n".join(stopping))
+
+
+@pytest.fixture(scope="session")
+def gateway(server: TritonServer) -> Iterator[str]:
+    """The OpenAI-compatible gateway (its own process) in front of the session server: its
+    base URL, e.g. http://localhost:PORT."""
+    with running_gateway(server.grpc_url) as base:
+        yield base
 
 
 @pytest.fixture()

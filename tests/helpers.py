@@ -6,8 +6,10 @@ from __future__ import annotations
 import queue
 import re
 import time
+import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -221,3 +223,59 @@ def stream_raw(url: str, text: str, **scalars: Any) -> tuple[list[dict[str, Any]
     finally:
         client.stop_stream()
         client.close()
+
+
+@contextmanager
+def running_gateway(
+    grpc_url: str, *args: str, env: dict[str, str] | None = None, ready: bool = True
+) -> Iterator[str]:
+    """``triton-tts gateway`` as users start it, its own process in front of the Triton at
+    ``grpc_url``, on a free port. Yields its base URL once /health/ready answers 200
+    (``ready`` False: once /health/live does); stops it with SIGTERM, as Kubernetes does,
+    and checks that it stopped cleanly. ``env`` is added to this process's environment."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+
+    from triton_tts.server import free_port
+
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    cmd = [sys.executable, "-m", "triton_tts.cli", "gateway", "--port", str(port), "--triton-url", grpc_url]
+    with tempfile.TemporaryFile(mode="w+", encoding="utf-8") as log:
+        process = subprocess.Popen(
+            [*cmd, *args], stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        )
+
+        def output() -> str:
+            log.seek(0)
+            return log.read()[-4000:]
+
+        probe = f"{base}/health/ready" if ready else f"{base}/health/live"
+        try:
+            wait_until(lambda: process.poll() is not None or _status(probe) == 200, 120, probe)
+            assert process.poll() is None, f"the gateway exited with {process.returncode}:\n{output()}"
+            yield base
+        finally:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+        # uvicorn shuts down gracefully on SIGTERM, then re-raises the signal: -15 is a clean stop.
+        stopped = process.returncode in (0, -signal.SIGTERM) and "Application shutdown complete" in output()
+        assert stopped, f"the gateway did not stop cleanly ({process.returncode}):\n{output()}"
+
+
+def _status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as err:
+        return int(err.code)
+    except OSError:
+        return 0

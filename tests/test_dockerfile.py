@@ -50,7 +50,7 @@ def test_final_stage_is_lean_non_root_and_read_only_friendly() -> None:
         assert env[cache].startswith("/tmp"), cache
     assert env["TRITON_TTS_HOME"].startswith("/tmp")  # voices and builds: writable
     assert "TRITON_TTS_REPOSITORY_TEMPLATE" not in env  # the template is package data
-    assert [c.value for c in final if c.cmd == "EXPOSE"] == [("8000", "8001", "8002", "8003")]
+    assert [c.value for c in final if c.cmd == "EXPOSE"] == [("8000", "8001", "8002", "8003", "8080")]
     # the watchdog's supervisor runs tritonserver (self-healing, readiness on :8003)
     assert [c.value for c in final if c.cmd == "ENTRYPOINT"] == [("triton-tts", "serve", "--no-build")]
 
@@ -73,3 +73,16 @@ def test_installs_exactly_the_tested_requirement_set_without_repairs() -> None:
     install = next(" ".join(c.value) for c in final if c.cmd == "RUN" and "pip install" in " ".join(c.value))
     assert "--no-index" in install and "-r /tmp/image-requirements.txt" in install
     assert [c.value for c in final if c.cmd == "COPY" and "image.txt" in c.value[0]]
+
+
+def test_exposes_the_ports_the_chart_serves_on() -> None:
+    """Triton's ports, the watchdog's health port and the gateway's (the chart runs the
+    gateway from this image with the entry point overridden): EXPOSE says what the chart uses."""
+    import yaml
+
+    values_file = PROJECT_ROOT / "helm" / "triton-tts" / "values.yaml"
+    values = yaml.safe_load(values_file.read_text(encoding="utf-8"))
+    chart = {values["triton"][port] for port in ("httpPort", "grpcPort", "metricsPort", "healthPort")}
+    chart.add(values["gateway"]["port"])
+    (exposed,) = [c.value for c in stages()[-1] if c.cmd == "EXPOSE"]
+    assert {int(port) for port in exposed} == chart

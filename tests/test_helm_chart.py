@@ -116,6 +116,7 @@ def test_defaults_run_on_a_gpu_with_probes_and_graceful_stop(helm: Path) -> None
         "http": 8000,
         "grpc": 8001,
         "metrics": 8002,
+        "gateway": 8080,  # the OpenAI-compatible gateway, a sidecar by default
     }
     assert not [d for d in docs if d["kind"] in ("HorizontalPodAutoscaler", "PodDisruptionBudget", "Ingress")]
 
@@ -149,6 +150,10 @@ def test_cpu_variant_requests_no_gpu_and_scales_on_cpu(helm: Path) -> None:
     ]
     assert by_kind(docs, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
     assert "replicas" not in by_kind(docs, "Deployment")["spec"]  # the HPA owns it
+    # CPU utilisation is over the pod's requests: without one on every container (the
+    # gateway sidecar included) the HPA reports no metric and never scales
+    for container in pod_spec(docs)["containers"]:
+        assert container["resources"]["requests"]["cpu"], container["name"]
 
 
 def test_tensorrt_with_queue_time_autoscaling(helm: Path) -> None:
@@ -321,6 +326,9 @@ def test_every_chart_build_value_reaches_the_build(helm: Path, tmp_path: Path) -
         ("engineCache.enabled=true,engineCache.claimName=engines", "at '/variant': value must be 'tensorrt'"),
         ("variant=tensorrt,engineCache.enabled=true", "at '/engineCache/claimName': minLength"),
         ("variant=tensorrt,engineCache.enabled=true,engineCache.hostPath=cache", "does not match pattern"),
+        ("gateway.mode=ingress", "value must be one of 'sidecar', 'deployment'"),
+        ("gateway.corsOrigins[0]=https://app.example.com/", "does not match pattern"),  # never matches
+        ("gateway.apiKeySecret.nmae=keys", "additional properties 'nmae' not allowed"),
     ],
 )
 def test_bad_values_fail_at_install_time_with_a_clear_message(
@@ -506,3 +514,205 @@ def test_grafana_dashboard_reads_only_series_that_exist(helm: Path, tmp_path: Pa
         [str(promtool), "check", "rules", str(rules)], capture_output=True, text=True, check=False
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+# --- The OpenAI-compatible gateway: a sidecar in the Triton pod, or its own Deployment.
+
+GATEWAY_DEPLOYMENT_VALUES = CHART / "ci" / "gateway-deployment-values.yaml"
+
+
+def named(docs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
+
+
+def container_port(container: dict[str, Any], port: int | str) -> int:
+    """The container port a probe or Service targetPort (a name or a number) reaches."""
+    for declared in container.get("ports", []):
+        if port in (declared["name"], declared["containerPort"]):
+            return int(declared["containerPort"])
+    raise AssertionError(f"{container['name']} has no port {port!r}")
+
+
+def flags(args: list[str]) -> dict[str, list[str]]:
+    """--name=value arguments by name (a repeated flag keeps every value)."""
+    found: dict[str, list[str]] = {}
+    for arg in args:
+        name, _, value = arg.partition("=")
+        found.setdefault(name, []).append(value)
+    return found
+
+
+def selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return all(labels.get(key) == value for key, value in selector.items())
+
+
+def gateway_of(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    (gateway,) = [
+        c
+        for d in docs
+        if d["kind"] == "Deployment"
+        for c in d["spec"]["template"]["spec"]["containers"]
+        if c["name"] == "gateway"
+    ]
+    return dict(gateway)
+
+
+def check_gateway_serves_where_probed(gateway: dict[str, Any]) -> int:
+    """--port is the declared container port, and both probes hit it."""
+    served = container_port(gateway, "gateway")
+    assert flags(gateway["args"])["--port"] == [str(served)]
+    assert flags(gateway["args"])["--host"] == ["0.0.0.0"]  # reachable from the Service
+    for probe, path in (("livenessProbe", "/health/live"), ("readinessProbe", "/health/ready")):
+        assert gateway[probe]["httpGet"]["path"] == path
+        assert container_port(gateway, gateway[probe]["httpGet"]["port"]) == served
+    assert gateway["command"] == ["triton-tts", "gateway"]  # the image's entry point runs Triton
+    assert "nvidia.com/gpu" not in json.dumps(gateway["resources"])
+    return served
+
+
+def test_gateway_sidecar_calls_its_own_pods_triton_and_shares_its_service(helm: Path) -> None:
+    docs = render(helm)
+    pod = pod_spec(docs)
+    assert [c["name"] for c in pod["containers"]] == ["tritonserver", "gateway"]
+    triton, gateway = pod["containers"]
+    served = check_gateway_serves_where_probed(gateway)
+    # over localhost to the gRPC port Triton listens on in the same pod
+    grpc = container_port(triton, "grpc")
+    assert f"--grpc-port={grpc}" in triton["args"]
+    assert flags(gateway["args"])["--triton-url"] == [f"localhost:{grpc}"]
+    # no two containers of the pod declare the same port
+    declared = [p["containerPort"] for c in pod["containers"] for p in c["ports"]]
+    assert len(declared) == len(set(declared))
+    # the release's Service routes the gateway port to the gateway container
+    (service,) = named(docs, "Service").values()
+    (port,) = [p for p in service["spec"]["ports"] if p["port"] == served]
+    assert container_port(gateway, port["targetPort"]) == served
+    # it leaves the endpoints with Triton and keeps answering while Triton drains: same
+    # preStop, the pod's grace period covers both
+    assert gateway["lifecycle"] == triton["lifecycle"]
+    assert {m["name"] for m in gateway["volumeMounts"]} == {"gateway-tmp"}  # nothing of Triton's
+    assert "env" not in gateway  # no API key Secret: no authentication
+
+
+def test_gateway_deployment_reaches_triton_through_the_triton_service(helm: Path) -> None:
+    docs = render(helm, "-f", str(GATEWAY_DEPLOYMENT_VALUES))
+    deployments, services = named(docs, "Deployment"), named(docs, "Service")
+    assert set(deployments) == set(services) == {"tts-triton-tts", "tts-triton-tts-gateway"}
+    triton_pod = deployments["tts-triton-tts"]["spec"]["template"]
+    gateway_pod = deployments["tts-triton-tts-gateway"]["spec"]["template"]
+    assert [c["name"] for c in triton_pod["spec"]["containers"]] == ["tritonserver"]
+    (gateway,) = gateway_pod["spec"]["containers"]
+    served = check_gateway_serves_where_probed(gateway)
+    # each Deployment, Service and PDB selects its own pods and never the other's
+    own = {"tts-triton-tts": triton_pod, "tts-triton-tts-gateway": gateway_pod}
+    for name, pod in own.items():
+        other = next(p for n, p in own.items() if n != name)
+        disruption = named(docs, "PodDisruptionBudget")[name]["spec"]["selector"]["matchLabels"]
+        deployment = deployments[name]["spec"]["selector"]["matchLabels"]
+        for selector in (deployment, services[name]["spec"]["selector"], disruption):
+            assert selects(selector, pod["metadata"]["labels"]), name
+            assert not selects(selector, other["metadata"]["labels"]), name
+    # the gateway's Triton URL is the Triton Service, in this namespace, at its gRPC port,
+    # which leads to the port tritonserver serves gRPC on
+    host, port = flags(gateway["args"])["--triton-url"][0].rsplit(":", 1)
+    assert host == "tts-triton-tts.speech.svc"
+    (grpc,) = [p for p in services["tts-triton-tts"]["spec"]["ports"] if p["port"] == int(port)]
+    triton = triton_pod["spec"]["containers"][0]
+    assert grpc["appProtocol"] == "grpc"
+    assert f"--grpc-port={container_port(triton, grpc['targetPort'])}" in triton["args"]
+    # the gateway's Service leads to the gateway; Triton's no longer carries its port
+    (exposed,) = services["tts-triton-tts-gateway"]["spec"]["ports"]
+    assert container_port(gateway, exposed["targetPort"]) == served
+    assert served not in {p["port"] for p in services["tts-triton-tts"]["spec"]["ports"]}
+    # scaled and scheduled on its own: no GPU, no GPU toleration, the value set's nodes
+    assert deployments["tts-triton-tts-gateway"]["spec"]["replicas"] == 4
+    assert "tolerations" not in gateway_pod["spec"]
+    assert gateway_pod["spec"]["nodeSelector"] == {"node-role.example.com/edge": "true"}
+    assert flags(gateway["args"])["--cors-origin"] == ["https://app.example.com"]
+    # the pod stays for as long as a Triton pod may drain, and is locked down like it
+    spec = gateway_pod["spec"]
+    assert spec["terminationGracePeriodSeconds"] == triton_pod["spec"]["terminationGracePeriodSeconds"]
+    assert gateway["lifecycle"] == triton["lifecycle"]
+    assert spec["securityContext"]["runAsNonRoot"] is True and spec["automountServiceAccountToken"] is False
+    assert gateway["securityContext"]["readOnlyRootFilesystem"] is True
+    (tmp,) = [m for m in gateway["volumeMounts"] if m["mountPath"] == "/tmp"]
+    assert {"name": tmp["name"], "emptyDir": {}} in spec["volumes"]
+
+
+@pytest.mark.parametrize("mode", ["sidecar", "deployment"])
+def test_gateway_api_keys_come_from_the_secret(helm: Path, mode: str) -> None:
+    docs = render(
+        helm, "--set", f"gateway.mode={mode}",
+        "--set", "gateway.apiKeySecret.name=tts-gateway-keys", "--set", "gateway.apiKeySecret.key=keys",
+    )  # fmt: skip
+    assert gateway_of(docs)["env"] == [
+        {
+            "name": "TRITON_TTS_API_KEY",  # the gateway reads its keys from this variable only
+            "valueFrom": {"secretKeyRef": {"name": "tts-gateway-keys", "key": "keys"}},
+        }
+    ]
+    assert "TRITON_TTS_API_KEY" not in json.dumps(triton_container(docs) if mode == "sidecar" else {})
+
+
+@pytest.mark.parametrize("mode", ["sidecar", "deployment"])
+def test_gateway_disabled_renders_no_gateway(helm: Path, mode: str) -> None:
+    docs = render(helm, "--set", "gateway.enabled=false", "--set", f"gateway.mode={mode}")
+    assert [c["name"] for c in pod_spec(docs)["containers"]] == ["tritonserver"]
+    assert not [d for d in docs if "gateway" in d["metadata"]["name"]]
+    assert {p["name"] for p in by_kind(docs, "Service")["spec"]["ports"]} == {"http", "grpc", "metrics"}
+    assert "gateway" not in json.dumps(pod_spec(docs)["volumes"])
+
+
+def test_gateway_port_may_not_collide_with_triton_in_the_same_pod(helm: Path) -> None:
+    done = subprocess.run(
+        [str(helm), "template", "tts", str(CHART), "--set", "gateway.port=8001"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode != 0 and "gateway.port 8001 is taken by Triton" in done.stderr
+    # in its own pod it may use any port
+    gateway = gateway_of(render(helm, "--set", "gateway.mode=deployment", "--set", "gateway.port=8001"))
+    assert check_gateway_serves_where_probed(gateway) == 8001
+
+
+@pytest.mark.parametrize("mode", ["sidecar", "deployment"])
+def test_the_charts_gateway_command_is_the_clis(
+    helm: Path, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gateway's command line parses with the real CLI and, with default values, runs
+    with the CLI's defaults but for what the chart decides: where Triton is (a sidecar's
+    is the default, localhost:8001) and how long a stop may take."""
+    from triton_tts.cli import build_parser
+
+    for variable in ("TRITON_TTS_TRITON_URL", "GATEWAY_PORT", "TRITON_TTS_CORS_ORIGINS"):
+        monkeypatch.delenv(variable, raising=False)
+    defaults = vars(build_parser().parse_args(["gateway"]))
+
+    def parsed(*values: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        docs = render(helm, "--set", f"gateway.mode={mode}", *values)
+        gateway = gateway_of(docs)
+        args = vars(build_parser().parse_args([*gateway["command"][1:], *gateway["args"]]))
+        pod = next(
+            d
+            for d in named(docs, "Deployment").values()
+            if gateway in d["spec"]["template"]["spec"]["containers"]
+        )
+        return args, pod["spec"]["template"]["spec"]
+
+    args, pod = parsed()
+    changed = {key: value for key, value in args.items() if value != defaults[key]}
+    chart_decides = {"graceful_timeout_s"} | ({"triton_url"} if mode == "deployment" else set())
+    assert set(changed) == chart_decides
+    if mode == "deployment":
+        assert changed["triton_url"] == "tts-triton-tts.speech.svc:8001"
+    # A stop: preStop, then responses in flight finish while Triton drains the requests
+    # they wait on, within the grace period (Triton's side: the defaults test above).
+    (gateway,) = [c for c in pod["containers"] if c["name"] == "gateway"]
+    pre_stop = int(gateway["lifecycle"]["preStop"]["exec"]["command"][1])
+    triton_drain = build_parser().parse_args(["serve"]).drain_timeout
+    assert triton_drain <= args["graceful_timeout_s"] < pod["terminationGracePeriodSeconds"] - pre_stop
+
+    origins = ["https://app.example.com", "http://localhost:3000"]
+    args, _ = parsed(
+        "--set-json", f"gateway.corsOrigins={json.dumps(origins)}", "--set", "gateway.maxInputChars=1000"
+    )
+    assert args["cors_origin"] == origins and args["max_input_chars"] == 1000

@@ -139,10 +139,11 @@ def test_installed_versions_are_the_image_set(image_install: Path) -> None:
 
 
 def test_the_installed_package_is_whole_and_finds_its_data(image_install: Path, tmp_path: Path) -> None:
-    """Real files, no links; client, export and the repository template importable from
-    site-packages, whatever the working folder."""
+    """Real files, no links; client, export, gateway (with its page) and the repository
+    template importable from site-packages, whatever the working folder."""
     probe = (
         "import json, pathlib, triton_tts, triton_tts.client, triton_tts.export.piper\n"
+        "import triton_tts.gateway.app\n"
         "from triton_tts import paths\n"
         "package = pathlib.Path(triton_tts.__file__).parent\n"
         "links = [str(p) for p in package.rglob('*') if p.is_symlink()]\n"
@@ -164,6 +165,7 @@ def test_the_installed_package_is_whole_and_finds_its_data(image_install: Path, 
         assert (template / model / "config.pbtxt").is_file()
     assert not list(template.rglob("*.onnx")) and not list(template.rglob("voice.json"))
     assert Path(found["client"]).is_relative_to(package)
+    assert (package / "gateway" / "static" / "index.html").is_file()  # the gateway's page is package data
     assert Path(found["voice"]) == tmp_path / "home" / "voices" / "joe"
 
 
@@ -230,6 +232,7 @@ def test_the_image_install_serves_an_intelligible_sentence(image_install: Path, 
         assert word_error_rate([SENTENCE], [heard]) <= 0.25, heard
         built = tmp_path / "home" / "build" / "model_repository"
         assert (built / "acoustic" / "1" / "model.onnx").exists()  # built where configured
+        _check_gateway(image_install, grpc_port, tmp_path, env)
     finally:
         client.close()
         serve.send_signal(signal.SIGINT)
@@ -240,6 +243,49 @@ def test_the_image_install_serves_an_intelligible_sentence(image_install: Path, 
             serve.wait()
         log.close()
     assert serve.returncode == 0, (tmp_path / "serve.log").read_text(encoding="utf-8")[-4000:]
+
+
+def _check_gateway(image_install: Path, grpc_port: int, cwd: Path, env: dict[str, str]) -> None:
+    """The image runs the gateway too (the chart's command, entry point overridden): from
+    the 3.10 install it starts, reaches Triton over gRPC, and stops cleanly on SIGTERM."""
+    import urllib.error
+    import urllib.request
+
+    port = free_port()
+    log_path = cwd / "gateway.log"
+    with log_path.open("w", encoding="utf-8") as log:
+        gateway = subprocess.Popen(
+            [str(image_install / "bin" / "triton-tts"), "gateway", f"--triton-url=localhost:{grpc_port}",
+             "--host=127.0.0.1", f"--port={port}"],
+            cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 60.0
+            status = {"live": 0, "ready": 0}
+            while status != {"live": 200, "ready": 200}:
+                assert gateway.poll() is None, log_path.read_text(encoding="utf-8")[-4000:]
+                assert time.monotonic() < deadline, f"gateway probes {status}"
+                for probe in status:
+                    url = f"http://127.0.0.1:{port}/health/{probe}"
+                    try:
+                        with urllib.request.urlopen(url, timeout=5) as response:
+                            status[probe] = response.status
+                    except urllib.error.HTTPError as error:  # 503 until Triton is reached
+                        status[probe] = error.code
+                    except (urllib.error.URLError, OSError):  # not listening yet
+                        status[probe] = 0
+                time.sleep(0.5)
+        finally:
+            gateway.terminate()  # SIGTERM, as the kubelet sends
+            try:
+                gateway.wait(30)
+            except subprocess.TimeoutExpired:
+                gateway.kill()
+                gateway.wait()
+    # uvicorn finishes what is in flight, then re-raises the SIGTERM it caught (exit 143)
+    output = log_path.read_text(encoding="utf-8")
+    assert gateway.returncode in (0, -signal.SIGTERM), output[-4000:]
+    assert "Application shutdown complete" in output, output[-4000:]
 
 
 def _ready(client: httpclient.InferenceServerClient) -> bool:

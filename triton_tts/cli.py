@@ -6,6 +6,7 @@ triton-tts export piper --out voices/joe
 triton-tts export coqui --model-name tts_models/en/ljspeech/vits --out voices/ljs
 triton-tts build-repo --voice voices/joe --voice voices/ljs   # several voices; the first is the default
 triton-tts frontend "今天是2024年3月15日。" --language zh   # what the text front-end makes of a text
+triton-tts gateway --triton-url localhost:8001 --port 8080   # OpenAI-compatible API, WebSocket, page
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import os
 import re
 import secrets
 import signal
+import subprocess
 import sys
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -35,6 +37,7 @@ from triton_tts.client.cli import (
     voices,
 )
 from triton_tts.client.tts_client import TTSError
+from triton_tts.gateway import command as gateway_command
 from triton_tts.model_configs import THREADS, BuildOptions, build_option_fields
 from triton_tts.repository import build_repository, ensure_default_voice
 from triton_tts.server import DRAIN_TIMEOUT_S, TritonServer, drain, supervised
@@ -226,11 +229,30 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return _serve(args, server, supervision)
 
 
+def _start_gateway(args: argparse.Namespace, server: TritonServer, supervision: ExitStack) -> None:
+    """The gateway as a child process; at a stop it is told first (SIGTERM: it refuses new
+    requests and finishes those in flight while Triton drains), and waited for last."""
+    gateway = gateway_command.start_child(args.gateway_port, server.grpc_url)
+
+    def stop() -> None:
+        if gateway.poll() is None:
+            gateway.terminate()
+        try:
+            gateway.wait(timeout=args.drain_timeout + 10)
+        except subprocess.TimeoutExpired:
+            gateway.kill()
+
+    supervision.callback(stop)
+    gateway_command.wait_live(args.gateway_port, gateway)
+
+
 def _serve(args: argparse.Namespace, server: TritonServer, supervision: ExitStack) -> int:
     try:
         server.wait_ready()
         if server.admin_key:
             supervision.enter_context(supervised(server, args.health_port or None))
+        if args.gateway_port:
+            _start_gateway(args, server, supervision)
         print(
             "\ntriton-tts is ready (warm-up done).\n"
             f"  HTTP    localhost:{args.http_port}   gRPC localhost:{args.grpc_port}"
@@ -240,6 +262,12 @@ def _serve(args: argparse.Namespace, server: TritonServer, supervision: ExitStac
             + (
                 f"  health  http://localhost:{args.health_port}/ready (every instance alive)\n"
                 if args.health_port
+                else ""
+            )
+            + (
+                f"  OpenAI  http://localhost:{args.gateway_port}/v1/audio/speech   "
+                f"listen: http://localhost:{args.gateway_port}/\n"
+                if args.gateway_port
                 else ""
             )
             + "  Ctrl-C stops the server.\n",
@@ -352,8 +380,23 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="ARG",
         help="extra tritonserver argument, e.g. --triton-arg=--exit-timeout-secs=30 (repeatable)",
     )
+    serve.add_argument(
+        "--gateway-port",
+        type=int,
+        default=0,
+        help="also run the OpenAI-compatible gateway (triton-tts gateway) on this port; 0: off "
+        f"(`make serve` uses {gateway_command.DEFAULT_PORT}). API keys: env {gateway_command.API_KEY_ENV}",
+    )
     add_build_options(serve)
     serve.set_defaults(func=cmd_serve)
+
+    gateway = sub.add_parser(
+        "gateway",
+        help="OpenAI-compatible speech API, WebSocket streaming and a listening page in front of Triton",
+        formatter_class=defaults,
+    )
+    gateway_command.add_arguments(gateway)
+    gateway.set_defaults(func=gateway_command.run)
 
     say_parser = sub.add_parser("say", help="synthesise a text to a WAV file", formatter_class=defaults)
     add_say_arguments(say_parser)

@@ -1,0 +1,1 @@
+"""OpenAI-compatible HTTP and WebSocket gateway in front of triton-tts."""

@@ -1,0 +1,143 @@
+"""``triton-tts gateway``: its arguments, and running it (uvicorn) or starting it as a child
+process of ``triton-tts serve``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from triton_tts.gateway.app import GatewaySettings
+
+API_KEY_ENV = "TRITON_TTS_API_KEY"  # comma-separated keys; never on the command line (ps shows it)
+TRITON_URL_ENV = "TRITON_TTS_TRITON_URL"
+CORS_ENV = "TRITON_TTS_CORS_ORIGINS"
+PORT_ENV = "GATEWAY_PORT"
+DEFAULT_PORT = 8080
+
+
+def _split(value: str | None) -> list[str]:
+    return [v.strip() for v in (value or "").split(",") if v.strip()]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--triton-url",
+        default=os.environ.get(TRITON_URL_ENV, "localhost:8001"),
+        help=f"Triton's gRPC endpoint (env {TRITON_URL_ENV})",
+    )
+    parser.add_argument("--host", default="0.0.0.0", help="address to listen on")
+    parser.add_argument(
+        "--port", type=int, default=int(os.environ.get(PORT_ENV, DEFAULT_PORT)), help=f"port (env {PORT_ENV})"
+    )
+    parser.add_argument("--max-input-chars", type=int, default=4096, help="longest 'input' accepted")
+    parser.add_argument("--max-body-bytes", type=int, default=65536, help="largest request body accepted")
+    parser.add_argument(
+        "--cors-origin",
+        action="append",
+        default=_split(os.environ.get(CORS_ENV)),
+        metavar="ORIGIN",
+        help=f"let pages on this origin call the API (repeatable; env {CORS_ENV}, comma-separated); "
+        "default: CORS off",
+    )
+    parser.add_argument(
+        "--voice-alias",
+        action="append",
+        default=[],
+        metavar="NAME=VOICE[:SPEAKER]",
+        help="a voice name callers may use (OpenAI's names map to the default voice unless set here)",
+    )
+    parser.add_argument(
+        "--heartbeat-s",
+        type=float,
+        default=15.0,
+        help="WebSocket: a ping message after this long with nothing sent",
+    )
+    parser.add_argument("--timeout-s", type=float, default=300.0, help="longest one synthesis may take")
+    parser.add_argument(
+        "--graceful-timeout-s",
+        type=float,
+        default=60.0,
+        help="on SIGTERM/Ctrl-C, how long responses and sockets in flight may take to finish",
+    )
+
+
+def settings_from(args: argparse.Namespace) -> GatewaySettings:
+    from triton_tts.gateway.app import GatewaySettings
+
+    aliases: dict[str, str] = {}
+    for item in args.voice_alias:
+        name, sep, target = item.partition("=")
+        if not sep or not name.strip() or not target.strip():
+            raise SystemExit(f"--voice-alias wants NAME=VOICE[:SPEAKER], got {item!r}")
+        aliases[name.strip()] = target.strip()
+    return GatewaySettings(
+        triton_url=args.triton_url,
+        api_keys=tuple(_split(os.environ.get(API_KEY_ENV))),
+        max_input_chars=args.max_input_chars,
+        max_body_bytes=args.max_body_bytes,
+        cors_origins=tuple(args.cors_origin),
+        heartbeat_s=args.heartbeat_s,
+        timeout_s=args.timeout_s,
+        voice_aliases=aliases,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from triton_tts.gateway.app import create_app
+
+    settings = settings_from(args)
+    auth = f"{len(settings.api_keys)} API key(s)" if settings.api_keys else f"no API key (set {API_KEY_ENV})"
+    print(
+        f"triton-tts gateway on http://{args.host}:{args.port} -> Triton gRPC {settings.triton_url}; {auth}; "
+        f"CORS {'for ' + ', '.join(settings.cors_origins) if settings.cors_origins else 'off'}",
+        flush=True,
+    )
+    uvicorn.run(
+        create_app(settings),
+        host=args.host,
+        port=args.port,
+        log_level="info",
+        timeout_graceful_shutdown=int(args.graceful_timeout_s),
+        proxy_headers=False,
+    )
+    return 0
+
+
+def start_child(port: int, triton_grpc_url: str, extra: Sequence[str] = ()) -> subprocess.Popen[bytes]:
+    """The gateway as a child process (``triton-tts serve --gateway-port``)."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "triton_tts.cli",
+        "gateway",
+        "--port",
+        str(port),
+        "--triton-url",
+        triton_grpc_url,
+    ]
+    return subprocess.Popen([*cmd, *extra])
+
+
+def wait_live(port: int, process: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
+    """Return once the gateway at ``port`` answers /health/live; RuntimeError if it exits."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the gateway exited (code {process.returncode}) before it listened on {port}")
+        try:
+            with urllib.request.urlopen(f"http://localhost:{port}/health/live", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"the gateway did not listen on {port} within {timeout_s:g} s")
