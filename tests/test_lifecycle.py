@@ -3,6 +3,7 @@ SIGTERM/SIGINT finish before it exits 0, a crash at shutdown is caught; metrics.
 
 from __future__ import annotations
 
+import json
 import queue
 import re
 import signal
@@ -104,8 +105,12 @@ class Serve:
 def test_ready_only_after_every_model_has_warmed_up(voice_dir: Path, tmp_path: Path) -> None:
     """Readiness is polled while serve starts; the moment it first says 200, the log's length
     is noted. Every instance of every model configured with warm-up samples logged its
-    warm-up (Triton's --log-verbose 1 line) before that point in the log."""
-    serve = Serve.start(voice_dir, tmp_path, "--log-verbose", "1")
+    warm-up (Triton's --log-verbose 1 line) before that point in the log. The gateway that
+    serve runs (``--gateway-port``, as ``make serve`` does) speaks once serve says ready,
+    and stops with it."""
+    gateway_port = free_port()
+    serve = Serve.start(voice_dir, tmp_path, "--log-verbose", "1", "--gateway-port", str(gateway_port))
+    gateway = f"http://localhost:{gateway_port}"
     try:
         triton = f"http://localhost:{serve.http_port}/v2/health/ready"
         health = f"http://localhost:{serve.health_port}/ready"
@@ -121,11 +126,20 @@ def test_ready_only_after_every_model_has_warmed_up(voice_dir: Path, tmp_path: P
         wait_until(
             lambda: "triton-tts is ready (warm-up done)" in serve.output(), 60, "serve's ready message"
         )
+        assert serve.status(f"{gateway}/health/ready") == 200
+        speech = urllib.request.Request(
+            f"{gateway}/v1/audio/speech",
+            data=json.dumps({"model": "tts-1", "input": "Ready.", "response_format": "wav"}).encode(),
+        )
+        with urllib.request.urlopen(speech, timeout=120) as response:
+            assert response.read()[:4] == b"RIFF"
         returncode = serve.stop()
         log = serve.log.read_bytes()
         output = serve.output()
     finally:
         serve.close()
+    with pytest.raises(urllib.error.URLError):  # the gateway stopped with serve
+        urllib.request.urlopen(f"{gateway}/health/live", timeout=5)
     configured = {}
     for config_file in serve.repo.glob("*/config.pbtxt"):
         config = parse(config_file.read_text(encoding="utf-8"))

@@ -9,6 +9,7 @@ what they accepted completes; the client library's retries then get everyone thr
 from __future__ import annotations
 
 import asyncio
+import json
 import queue
 import threading
 import time
@@ -23,7 +24,7 @@ import tritonclient.http as httpclient
 from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.utils import InferenceServerException
 
-from tests.helpers import tts_inputs
+from tests.helpers import metric_total, running_gateway, tts_inputs
 from triton_tts import model_configs
 from triton_tts.client.tts_client import AsyncTTSClient, RetryPolicy, ServerBusy, TTSClient
 from triton_tts.model_configs import BuildOptions, parse
@@ -231,3 +232,37 @@ def test_the_asyncio_client_retries_too(tiny: TritonServer) -> None:
             )
 
     assert min(asyncio.run(run())) > 3
+
+
+def test_the_gateway_answers_busy_with_503_and_retry_after(tiny: TritonServer) -> None:
+    """Through the OpenAI-compatible gateway: a refusal for load is a 503 with Retry-After
+    in OpenAI's error JSON, and OpenAI's SDK, which honours Retry-After, gets through once
+    the stream ahead of it ends."""
+    import openai
+
+    from tests.test_gateway import error_of, post
+
+    body = json.dumps({"model": "tts-1", "input": SENTENCES[0], "response_format": "wav"}).encode()
+    with running_gateway(tiny.grpc_url) as base:
+        in_progress = threading.Event()
+        first = threading.Thread(target=stream_outcome, args=(tiny.grpc_url, PARAGRAPH, in_progress))
+        first.start()
+        assert in_progress.wait(300)
+        status, headers, data = post(base, body)
+        first_still_going = first.is_alive()
+        assert first_still_going and status == 503, (status, data)
+        assert headers["retry-after"] == "1" and error_of(data)["code"] == "server_busy"
+        # the SDK waits as told and tries again until the stream ahead has ended (a paced
+        # stream of PARAGRAPH lasts about its audio less the lead: tens of seconds)
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=100)
+        refused_before = busy_refusals(tiny)
+        speech = client.audio.speech.create(
+            model="tts-1", voice="alloy", input=SENTENCES[0], response_format="wav"
+        )
+        assert speech.content[:4] == b"RIFF"
+        first.join()
+        assert busy_refusals(tiny) > refused_before  # it was refused, and retried
+
+
+def busy_refusals(server: TritonServer) -> float:
+    return metric_total(server.metrics_port, "triton_tts_requests_total", model="tts_stream", reason="busy")

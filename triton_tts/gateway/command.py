@@ -41,7 +41,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cors-origin",
         action="append",
-        default=_split(os.environ.get(CORS_ENV)),
         metavar="ORIGIN",
         help=f"let pages on this origin call the API (repeatable; env {CORS_ENV}, comma-separated); "
         "default: CORS off",
@@ -82,7 +81,8 @@ def settings_from(args: argparse.Namespace) -> GatewaySettings:
         api_keys=tuple(_split(os.environ.get(API_KEY_ENV))),
         max_input_chars=args.max_input_chars,
         max_body_bytes=args.max_body_bytes,
-        cors_origins=tuple(args.cors_origin),
+        # the flags, or else the environment's list (flags replace it, never add to it)
+        cors_origins=tuple(args.cors_origin or _split(os.environ.get(CORS_ENV))),
         heartbeat_s=args.heartbeat_s,
         timeout_s=args.timeout_s,
         voice_aliases=aliases,

@@ -1,0 +1,218 @@
+"""The gateway's WebSocket with a real WebSocket client (the `websockets` library): a JSON
+header, then the stream's PCM chunk by chunk, then a JSON end; a heartbeat while idle; a
+cancel message or a closed socket stops the synthesis on the server."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+import tritonclient.http as httpclient
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import ClientConnection, connect
+
+from tests.helpers import metric_total, model_counts, running_gateway, stream_paragraph_chunks, wait_until
+from triton_tts.client import TTSClient
+from triton_tts.server import TritonServer, requests_in_flight
+from triton_tts.testing.sample_texts import PARAGRAPH
+
+TEXT = "Thanks for calling. Your order has shipped, and it should arrive on Thursday before noon."
+LONG_COPIES = 6
+LONG_TEXT = " ".join([PARAGRAPH] * LONG_COPIES)
+NO_NOISE = {"noise_scale": 0.0, "noise_w": 0.0}
+
+
+def ws_url(base: str, query: str = "") -> str:
+    return base.replace("http://", "ws://") + "/v1/audio/speech/ws" + query
+
+
+@pytest.fixture()
+def socket(gateway: str) -> Iterator[ClientConnection]:
+    with connect(ws_url(gateway), open_timeout=30) as ws:
+        yield ws
+
+
+@pytest.fixture(scope="module")
+def http(server: TritonServer) -> Iterator[httpclient.InferenceServerClient]:
+    client = httpclient.InferenceServerClient(server.http_url, network_timeout=300)
+    yield client
+    client.close()
+
+
+def receive(ws: ClientConnection, timeout: float = 120) -> str | bytes:
+    return ws.recv(timeout=timeout)
+
+
+def next_json(ws: ClientConnection, skip_pings: bool = True) -> dict[str, Any]:
+    """The next JSON message (binary frames in between are an error here)."""
+    while True:
+        message = receive(ws)
+        assert isinstance(message, str), f"a binary frame where a JSON message was due ({len(message)} bytes)"
+        parsed: dict[str, Any] = json.loads(message)
+        if not (skip_pings and parsed["type"] == "ping"):
+            return parsed
+
+
+def speak_and_collect(
+    ws: ClientConnection, text: str, **options: Any
+) -> tuple[dict[str, Any], list[bytes], dict[str, Any]]:
+    ws.send(json.dumps({"type": "speak", "input": text, **options}))
+    start = next_json(ws)
+    assert start["type"] == "start", start
+    frames: list[bytes] = []
+    while True:
+        message = receive(ws)
+        if isinstance(message, bytes):
+            frames.append(message)
+            continue
+        parsed = json.loads(message)
+        if parsed["type"] == "ping":
+            continue
+        return start, frames, parsed
+
+
+@pytest.fixture(scope="module")
+def direct(server: TritonServer) -> list[npt.NDArray[np.float32]]:
+    """TEXT's chunks as tts_stream makes them for a tritonclient caller, noise off."""
+    with TTSClient(server.grpc_url, "grpc") as client:
+        return [c.audio for c in client.stream(TEXT, **NO_NOISE)]
+
+
+@pytest.mark.parametrize(("fmt", "dtype", "scale"), [("s16le", "<i2", 32768.0), ("f32le", "<f4", 1.0)])
+def test_a_header_the_streams_chunks_and_an_end(
+    socket: ClientConnection, direct: list[npt.NDArray[np.float32]], fmt: str, dtype: str, scale: float
+) -> None:
+    start, frames, end = speak_and_collect(socket, TEXT, format=fmt, voice="alloy", **NO_NOISE)
+    assert start == {
+        "type": "start",
+        "id": 1,
+        "sample_rate": 22050,
+        "channels": 1,
+        "format": fmt,
+        "voice": "joe",
+    }
+    assert end["type"] == "end" and end["id"] == 1, end
+    # one binary frame per chunk, each the chunk tts_stream made
+    assert len(frames) == end["chunks"] == len(direct) >= 2
+    for frame, chunk in zip(frames, direct, strict=True):
+        heard = np.frombuffer(frame, dtype).astype(np.float32) / scale
+        assert heard.shape == chunk.shape
+        assert np.abs(heard - np.clip(chunk, -1, 1)).max() <= 1.01 / 32767
+    assert end["samples"] == sum(len(c) for c in direct)
+    assert end["audio_seconds"] == pytest.approx(end["samples"] / 22050)
+    assert end["synthesis_seconds"] > 0
+
+
+def test_one_socket_carries_requests_one_after_another(socket: ClientConnection) -> None:
+    for number in (1, 2, 3):
+        start, frames, end = speak_and_collect(socket, "Good morning!")
+        assert start["id"] == end["id"] == number and end["type"] == "end" and frames
+
+
+def test_errors_are_messages_and_the_socket_serves_on(socket: ClientConnection) -> None:
+    socket.send("not json")
+    assert next_json(socket)["error"]["code"] == "invalid_message"
+    socket.send(json.dumps({"type": "speak", "input": ""}))
+    error = next_json(socket)
+    assert error["type"] == "error" and error["id"] == 1 and error["error"]["param"] == "input", error
+    socket.send(json.dumps({"type": "speak", "input": "Hello.", "format": "mp3"}))
+    assert next_json(socket)["error"]["param"] == "format"
+    socket.send(json.dumps({"type": "speak", "input": "Hello.", "speed": 9}))
+    assert next_json(socket)["error"]["param"] == "speed"
+    # a second speak while one is in progress is refused; the first goes on
+    socket.send(json.dumps({"type": "speak", "input": PARAGRAPH}))
+    socket.send(json.dumps({"type": "speak", "input": "Me too."}))
+    messages = []
+    while not messages or messages[-1].get("type") != "end":
+        message = receive(socket)
+        if isinstance(message, str):
+            messages.append(json.loads(message))
+    kinds = [m["type"] for m in messages if m["type"] != "ping"]
+    assert kinds in (["start", "error", "end"], ["error", "start", "end"]), messages
+    refusal = next(m for m in messages if m["type"] == "error")
+    assert refusal["error"]["code"] == "busy_socket"
+    _, frames, end = speak_and_collect(socket, "Still here.")
+    assert end["type"] == "end" and frames
+
+
+def test_a_heartbeat_while_idle(server: TritonServer) -> None:
+    with running_gateway(server.grpc_url, "--heartbeat-s", "0.3") as base, connect(ws_url(base)) as ws:
+        pings = [json.loads(receive(ws, timeout=5)) for _ in range(3)]
+        assert [p["type"] for p in pings] == ["ping"] * 3
+        assert pings[0]["time"] < pings[1]["time"] < pings[2]["time"]
+        ws.send(json.dumps({"type": "ping"}))
+        assert next_json(ws)["type"] == "pong"
+
+
+def in_flight(server: TritonServer) -> int | None:
+    return requests_in_flight(f"http://localhost:{server.metrics_port}/metrics")
+
+
+def cancelled(server: TritonServer) -> float:
+    return metric_total(
+        server.metrics_port, "triton_tts_requests_total", model="tts_stream", reason="cancelled"
+    )
+
+
+def assert_stops_making_chunks(
+    http: httpclient.InferenceServerClient, server: TritonServer, made_before: int
+) -> None:
+    wait_until(lambda: in_flight(server) == 0, 60, "the stream to end on the server")
+    made = model_counts(http, "tts_chunk")[0] - made_before
+    time.sleep(3)
+    assert model_counts(http, "tts_chunk")[0] - made_before == made  # nothing more is made
+    assert made < stream_paragraph_chunks(LONG_COPIES) // 2, made
+
+
+def test_a_cancel_message_stops_the_synthesis(
+    socket: ClientConnection, server: TritonServer, http: httpclient.InferenceServerClient
+) -> None:
+    made_before, cancelled_before = model_counts(http, "tts_chunk")[0], cancelled(server)
+    socket.send(json.dumps({"type": "speak", "input": LONG_TEXT}))
+    assert next_json(socket)["type"] == "start"
+    assert isinstance(receive(socket), bytes)
+    assert in_flight(server) == 1
+    socket.send(json.dumps({"type": "cancel"}))
+    while True:  # chunks already on their way may come first
+        message = receive(socket)
+        if isinstance(message, str) and json.loads(message)["type"] == "cancelled":
+            break
+    assert_stops_making_chunks(http, server, made_before)
+    assert cancelled(server) == cancelled_before + 1
+    _, frames, end = speak_and_collect(socket, "After the cancel.")
+    assert end["type"] == "end" and frames
+
+
+def test_closing_the_socket_stops_the_synthesis(
+    gateway: str, server: TritonServer, http: httpclient.InferenceServerClient
+) -> None:
+    made_before, cancelled_before = model_counts(http, "tts_chunk")[0], cancelled(server)
+    with connect(ws_url(gateway)) as ws:
+        ws.send(json.dumps({"type": "speak", "input": LONG_TEXT}))
+        assert next_json(ws)["type"] == "start"
+        assert isinstance(receive(ws), bytes)
+        assert in_flight(server) == 1
+    assert_stops_making_chunks(http, server, made_before)
+    wait_until(lambda: cancelled(server) == cancelled_before + 1, 30, "the cancelled count")
+
+
+def test_api_keys_on_the_socket(server: TritonServer) -> None:
+    with running_gateway(server.grpc_url, env={"TRITON_TTS_API_KEY": "socket-key"}) as base:
+        with connect(ws_url(base)) as ws:
+            error = next_json(ws)
+            assert error["type"] == "error" and error["error"]["code"] == "invalid_api_key"
+            with pytest.raises(ConnectionClosed) as closed:
+                receive(ws, timeout=10)
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+        for url, headers in (
+            (ws_url(base, "?api_key=socket-key"), {}),
+            (ws_url(base), {"Authorization": "Bearer socket-key"}),
+        ):
+            with connect(url, additional_headers=headers) as ws:
+                _, frames, end = speak_and_collect(ws, "Hello.")
+                assert end["type"] == "end" and frames
