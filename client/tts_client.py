@@ -40,6 +40,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
 import tritonclient.http.aio as httpaio
+from tritonclient.grpc import MAX_GRPC_MESSAGE_SIZE
 from tritonclient.utils import InferenceServerException
 
 from triton_tts.config_parameters import string_parameters
@@ -453,16 +454,38 @@ class TTSClient(_Settings):
             self._client.stop_stream(cancel_requests=not finished)
 
 
+def _channel_args(round_robin: bool) -> list[tuple[str, Any]] | None:
+    """tritonclient's own gRPC channel options (they apply only when none are given), with
+    the round-robin balancing policy added; None: tritonclient's defaults."""
+    if not round_robin:
+        return None
+    keepalive = grpcclient.KeepAliveOptions()
+    return [
+        ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_SIZE),
+        ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_SIZE),
+        ("grpc.keepalive_time_ms", keepalive.keepalive_time_ms),
+        ("grpc.keepalive_timeout_ms", keepalive.keepalive_timeout_ms),
+        ("grpc.keepalive_permit_without_calls", keepalive.keepalive_permit_without_calls),
+        ("grpc.http2.max_pings_without_data", keepalive.http2_max_pings_without_data),
+        ("grpc.lb_policy_name", "round_robin"),
+    ]
+
+
 class AsyncTTSClient(_Settings):
     """asyncio client (tritonclient's aio modules), HTTP or gRPC."""
 
-    def __init__(self, url: str | None = None, protocol: Protocol = "grpc", **settings: Any) -> None:
+    def __init__(
+        self, url: str | None = None, protocol: Protocol = "grpc", round_robin: bool = False, **settings: Any
+    ) -> None:
+        """``round_robin`` (gRPC): spread calls over every address ``url`` resolves to, one
+        call to the next (e.g. ``dns:///triton-headless.ns.svc:8001``, or
+        ``ipv4:10.0.0.1:8001,10.0.0.2:8001``) instead of pinning them all to the first."""
         super().__init__(url, protocol, **settings)
         self._lib: Any = httpaio if protocol == "http" else grpcaio
         self._client: Any = (
             httpaio.InferenceServerClient(self.url, conn_timeout=self.timeout_s)
             if protocol == "http"
-            else grpcaio.InferenceServerClient(self.url)
+            else grpcaio.InferenceServerClient(self.url, channel_args=_channel_args(round_robin))
         )
 
     async def close(self) -> None:

@@ -597,7 +597,8 @@ def test_gateway_sidecar_calls_its_own_pods_triton_and_shares_its_service(helm: 
 def test_gateway_deployment_reaches_triton_through_the_triton_service(helm: Path) -> None:
     docs = render(helm, "-f", str(GATEWAY_DEPLOYMENT_VALUES))
     deployments, services = named(docs, "Deployment"), named(docs, "Service")
-    assert set(deployments) == set(services) == {"tts-triton-tts", "tts-triton-tts-gateway"}
+    assert set(deployments) == {"tts-triton-tts", "tts-triton-tts-gateway"}
+    assert set(services) == {"tts-triton-tts", "tts-triton-tts-gateway", "tts-triton-tts-grpc-pods"}
     triton_pod = deployments["tts-triton-tts"]["spec"]["template"]
     gateway_pod = deployments["tts-triton-tts-gateway"]["spec"]["template"]
     assert [c["name"] for c in triton_pod["spec"]["containers"]] == ["tritonserver"]
@@ -612,11 +613,16 @@ def test_gateway_deployment_reaches_triton_through_the_triton_service(helm: Path
         for selector in (deployment, services[name]["spec"]["selector"], disruption):
             assert selects(selector, pod["metadata"]["labels"]), name
             assert not selects(selector, other["metadata"]["labels"]), name
-    # the gateway's Triton URL is the Triton Service, in this namespace, at its gRPC port,
-    # which leads to the port tritonserver serves gRPC on
+    # the gateway's Triton URL resolves (dns:///) to every ready Triton pod: a headless
+    # Service in this namespace that selects Triton's pods only, at a port that leads to
+    # the one tritonserver serves gRPC on
     host, port = flags(gateway["args"])["--triton-url"][0].rsplit(":", 1)
-    assert host == "tts-triton-tts.speech.svc"
-    (grpc,) = [p for p in services["tts-triton-tts"]["spec"]["ports"] if p["port"] == int(port)]
+    assert host == "dns:///tts-triton-tts-grpc-pods.speech.svc"
+    pods = services["tts-triton-tts-grpc-pods"]["spec"]
+    assert pods["clusterIP"] == "None" and not pods.get("publishNotReadyAddresses")
+    assert selects(pods["selector"], triton_pod["metadata"]["labels"])
+    assert not selects(pods["selector"], gateway_pod["metadata"]["labels"])
+    (grpc,) = [p for p in pods["ports"] if p["port"] == int(port)]
     triton = triton_pod["spec"]["containers"][0]
     assert grpc["appProtocol"] == "grpc"
     assert f"--grpc-port={container_port(triton, grpc['targetPort'])}" in triton["args"]
@@ -703,7 +709,7 @@ def test_the_charts_gateway_command_is_the_clis(
     chart_decides = {"graceful_timeout_s"} | ({"triton_url"} if mode == "deployment" else set())
     assert set(changed) == chart_decides
     if mode == "deployment":
-        assert changed["triton_url"] == "tts-triton-tts.speech.svc:8001"
+        assert changed["triton_url"] == "dns:///tts-triton-tts-grpc-pods.speech.svc:8001"
     # A stop: preStop, then responses in flight finish while Triton drains the requests
     # they wait on, within the grace period (Triton's side: the defaults test above).
     (gateway,) = [c for c in pod["containers"] if c["name"] == "gateway"]

@@ -266,3 +266,27 @@ def test_the_gateway_answers_busy_with_503_and_retry_after(tiny: TritonServer) -
 
 def busy_refusals(server: TritonServer) -> float:
     return metric_total(server.metrics_port, "triton_tts_requests_total", model="tts_stream", reason="busy")
+
+
+def test_the_gateway_spreads_calls_over_every_triton_it_resolves(
+    tiny: TritonServer, server: TritonServer
+) -> None:
+    """An address of two Tritons (as a headless Service's DNS name resolves to every pod):
+    the gateway's round robin sends calls to both, across its periodic new channels."""
+    from tests.test_gateway import post
+
+    both = f"ipv4:127.0.0.1:{server.grpc_port},127.0.0.1:{tiny.grpc_port}"
+    served_before = [streams_ok(s) for s in (server, tiny)]
+    body = json.dumps({"model": "tts-1", "input": "Hello.", "response_format": "wav"}).encode()
+    with running_gateway(both, "--reconnect-s", "1") as base:
+        calls, started = 0, time.monotonic()
+        while calls < 16 or time.monotonic() - started < 2.5:  # on at least two channels
+            status, _, data = post(base, body)
+            assert status == 200 and data[:4] == b"RIFF", data[:200]
+            calls += 1
+    served = [streams_ok(s) - before for s, before in zip((server, tiny), served_before, strict=True)]
+    assert sum(served) == calls and min(served) >= calls // 4, served
+
+
+def streams_ok(server: TritonServer) -> float:
+    return metric_total(server.metrics_port, "triton_tts_requests_total", model="tts_stream", reason="ok")

@@ -80,6 +80,7 @@ class GatewaySettings:
     timeout_s: float = 300.0  # one synthesis, first chunk to last
     retry_after_s: int = 1  # what a busy refusal tells callers to wait
     voice_aliases: dict[str, str] = field(default_factory=dict)  # name -> voice[:speaker]
+    reconnect_s: float = 60.0  # a new gRPC channel (Triton's address resolved again); 0: never
 
 
 class ApiError(Exception):
@@ -141,7 +142,7 @@ class Voices:
     """The voices Triton serves (read from its config, reused for VOICES_TTL_S) and the
     names callers may use for them."""
 
-    def __init__(self, client: AsyncTTSClient, aliases: dict[str, str]) -> None:
+    def __init__(self, client: Callable[[], AsyncTTSClient], aliases: dict[str, str]) -> None:
         self._client = client
         self._aliases = aliases
         self._served: list[VoiceInfo] = []
@@ -152,7 +153,7 @@ class Voices:
         async with self._lock:
             if time.monotonic() - self._read_at > VOICES_TTL_S or not self._served:
                 try:
-                    self._served = await self._client.voices()
+                    self._served = await self._client().voices()
                 except TTSError as err:
                     raise from_tts_error(err, GatewaySettings()) from None
                 self._read_at = time.monotonic()
@@ -374,24 +375,59 @@ class ApiKeys:
 
 
 class Gateway:
-    """The HTTP endpoints, over one AsyncTTSClient (made at start-up, in the server's loop)."""
+    """The HTTP endpoints, over an AsyncTTSClient made at start-up (in the server's loop)
+    and made again every ``reconnect_s``: a new channel resolves Triton's address again, so
+    Triton pods added since (a headless Service, dns:///) get their share. Calls in flight
+    keep the channel they started on; it is closed once no call can still be using it."""
 
     def __init__(self, settings: GatewaySettings) -> None:
         self.settings = settings
         self._client: AsyncTTSClient | None = None
         self._voices: Voices | None = None
+        self._retired: set[asyncio.Task[None]] = set()
+
+    def _connect(self) -> AsyncTTSClient:
+        # Round robin: with an address that resolves to several Triton pods, calls spread
+        # over them instead of all going to the first.
+        return AsyncTTSClient(
+            self.settings.triton_url,
+            protocol="grpc",
+            round_robin=True,
+            timeout_s=self.settings.timeout_s,
+            retry=NO_RETRIES,
+        )
+
+    async def _reconnect_every(self, seconds: float) -> None:
+        while True:
+            await asyncio.sleep(seconds)
+            old, self._client = self._client, self._connect()
+            if old is not None:  # a call lasts at most timeout_s (and a socket's next call
+                retire = asyncio.create_task(self._close_later(old))  # takes the new client)
+                self._retired.add(retire)
+                retire.add_done_callback(self._retired.discard)
+
+    async def _close_later(self, client: AsyncTTSClient) -> None:
+        await asyncio.sleep(self.settings.timeout_s + 5)
+        await client.close()
 
     @asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        self._client = AsyncTTSClient(
-            self.settings.triton_url, protocol="grpc", timeout_s=self.settings.timeout_s, retry=NO_RETRIES
-        )
-        self._voices = Voices(self._client, self.settings.voice_aliases)
+        self._client = self._connect()
+        self._voices = Voices(lambda: self.client, self.settings.voice_aliases)
         log.info("gateway: Triton at %s (gRPC)", self.settings.triton_url)
+        reconnect = (
+            asyncio.create_task(self._reconnect_every(self.settings.reconnect_s))
+            if self.settings.reconnect_s > 0
+            else None
+        )
         try:
             yield
         finally:
-            await self._client.close()
+            if reconnect is not None:
+                reconnect.cancel()
+            for task in list(self._retired):
+                task.cancel()
+            await self.client.close()
 
     @property
     def client(self) -> AsyncTTSClient:
@@ -456,7 +492,7 @@ class Gateway:
         return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
 
     async def socket(self, websocket: WebSocket) -> None:
-        await SpeechSocket(websocket, self.settings, self.client, self.voices).run()
+        await SpeechSocket(websocket, self.settings, lambda: self.client, self.voices).run()
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:
@@ -515,7 +551,11 @@ class SpeechSocket:
     idle; a ``cancel`` message or a closed socket cancels the synthesis on the server."""
 
     def __init__(
-        self, websocket: WebSocket, settings: GatewaySettings, client: AsyncTTSClient, voices: Voices
+        self,
+        websocket: WebSocket,
+        settings: GatewaySettings,
+        client: Callable[[], AsyncTTSClient],
+        voices: Voices,
     ) -> None:
         self.ws, self.settings, self.client, self.voices = websocket, settings, client, voices
         self.last_sent = time.monotonic()
@@ -609,7 +649,7 @@ class SpeechSocket:
                 raise invalid(f"unknown format {fmt!r}; use one of {', '.join(WS_FORMATS)}", "format")
             request = await parse_speech(message, self.settings, self.voices, openai_body=False)
             started = time.monotonic()
-            first, rest = await open_stream(self.client, request, self.settings)
+            first, rest = await open_stream(self.client(), request, self.settings)
             await self.send_json(
                 {
                     "type": "start",

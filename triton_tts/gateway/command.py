@@ -60,6 +60,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--timeout-s", type=float, default=300.0, help="longest one synthesis may take")
     parser.add_argument(
+        "--reconnect-s",
+        type=float,
+        default=60.0,
+        help="open a new gRPC channel this often, resolving --triton-url again (dns:/// to a headless "
+        "Service: Triton pods added since get calls too); 0: never",
+    )
+    parser.add_argument(
         "--graceful-timeout-s",
         type=float,
         default=60.0,
@@ -86,6 +93,7 @@ def settings_from(args: argparse.Namespace) -> GatewaySettings:
         heartbeat_s=args.heartbeat_s,
         timeout_s=args.timeout_s,
         voice_aliases=aliases,
+        reconnect_s=args.reconnect_s,
     )
 
 

@@ -29,13 +29,19 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 
 {{/* Where the gateway reaches Triton's gRPC endpoint: the pod's own Triton over localhost
-(sidecar), or the Triton Service (deployment). */}}
+(sidecar), or every ready Triton pod through a headless Service (deployment): the gateway
+resolves dns:/// to the pods' addresses and spreads its calls over them (round robin),
+where a ClusterIP Service would pin each gateway's one connection to one pod. */}}
 {{- define "triton-tts.gatewayTritonUrl" -}}
 {{- if eq .Values.gateway.mode "sidecar" -}}
 {{- printf "localhost:%d" (int .Values.triton.grpcPort) -}}
 {{- else -}}
-{{- printf "%s.%s.svc:%d" (include "triton-tts.fullname" .) .Release.Namespace (int .Values.triton.grpcPort) -}}
+{{- printf "dns:///%s.%s.svc:%d" (include "triton-tts.gatewayTritonPods" .) .Release.Namespace (int .Values.triton.grpcPort) -}}
 {{- end -}}
+{{- end -}}
+
+{{- define "triton-tts.gatewayTritonPods" -}}
+{{- printf "%s-grpc-pods" (include "triton-tts.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
 {{- define "triton-tts.gatewayGracefulTimeout" -}}
