@@ -106,6 +106,31 @@ def test_streaming_harness_smoke(server: TritonServer, tmp_path: Path) -> None:
     assert assert_stamped_report(tmp_path / "streaming.json") == results
 
 
+def test_gateway_harness_smoke(server: TritonServer, gateway: str, tmp_path: Path) -> None:
+    from benchmarks import gateway as harness
+
+    out = tmp_path / "gateway.json"
+    results = harness.main(
+        [
+            "--url-grpc",
+            server.grpc_url,
+            "--gateway",
+            gateway,
+            "--levels",
+            "1",
+            "--rounds",
+            "1",
+            "--out",
+            str(out),
+        ]
+    )
+    (level,) = results["levels"]
+    for path in harness.PATHS:
+        timings = level[path]
+        assert timings["first_audio_p50_s"] > 0 and timings["short_whole_p50_s"] > 0, path
+    assert assert_stamped_report(out) == results
+
+
 def test_coqui_stage_benchmark_smoke(tmp_path: Path) -> None:
     from benchmarks import coqui_stages
 

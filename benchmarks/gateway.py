@@ -1,0 +1,156 @@
+"""What the OpenAI-compatible gateway costs: time to first audio and whole-request latency
+through it, side by side with tritonclient gRPC straight to Triton, in one run.
+
+Per concurrency level, each path runs the same requests, one path after the other:
+  grpc       tts_stream with triton_tts.client (first chunk; the baseline)
+  http-pcm   POST /v1/audio/speech, response_format pcm (first body bytes)
+  http-mp3   the same in MP3 (the encoder's first frame)
+  websocket  /v1/audio/speech/ws (first binary frame)
+on a ~600-character paragraph (first audio) and on short sentences (whole request).
+
+    python -m benchmarks.gateway                         # own server and gateway, free ports
+    python -m benchmarks.gateway --levels 1 --rounds 1   # smoke
+
+Writes results/gateway.json and .md, stamped (benchmarks/stamp.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from websockets.sync.client import connect
+
+from benchmarks.stamp import stamp, write_report
+from triton_tts.client import TTSClient
+from triton_tts.testing.sample_texts import PARAGRAPH, SENTENCES
+
+PATHS = ("grpc", "http-pcm", "http-mp3", "websocket")
+
+
+def p(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q))
+
+
+def timed(grpc_url: str, gateway: str) -> dict[str, Callable[[str], tuple[float, float]]]:
+    """Per path: text -> (seconds to first audio, seconds to the end)."""
+    local = threading.local()
+
+    def grpc(text: str) -> tuple[float, float]:
+        if not hasattr(local, "client"):
+            local.client = TTSClient(grpc_url, "grpc")
+        start, first = time.perf_counter(), 0.0
+        for _chunk in local.client.stream(text):
+            first = first or time.perf_counter() - start
+        return first, time.perf_counter() - start
+
+    def http(response_format: str) -> Callable[[str], tuple[float, float]]:
+        def call(text: str) -> tuple[float, float]:
+            body = json.dumps({"model": "tts-1", "input": text, "response_format": response_format}).encode()
+            start = time.perf_counter()
+            request = urllib.request.Request(f"{gateway}/v1/audio/speech", data=body)
+            with urllib.request.urlopen(request, timeout=600) as response:
+                response.read(1)
+                first = time.perf_counter() - start
+                response.read()
+            return first, time.perf_counter() - start
+
+        return call
+
+    def websocket(text: str) -> tuple[float, float]:
+        url = gateway.replace("http://", "ws://") + "/v1/audio/speech/ws"
+        start, first = time.perf_counter(), 0.0
+        with connect(url) as ws:
+            ws.send(json.dumps({"type": "speak", "input": text}))
+            while True:
+                message = ws.recv(timeout=600)
+                if isinstance(message, bytes):
+                    first = first or time.perf_counter() - start
+                elif json.loads(message)["type"] in ("end", "error"):
+                    return first, time.perf_counter() - start
+
+    return {"grpc": grpc, "http-pcm": http("pcm"), "http-mp3": http("mp3"), "websocket": websocket}
+
+
+def level(
+    calls: dict[str, Callable[[str], tuple[float, float]]], concurrency: int, rounds: int
+) -> dict[str, Any]:
+    count = concurrency * rounds
+    short = [SENTENCES[i % len(SENTENCES)] for i in range(count)]
+    out: dict[str, Any] = {"concurrency": concurrency, "requests": count}
+    for name in PATHS:
+        with ThreadPoolExecutor(concurrency) as pool:
+            firsts = [f for f, _ in pool.map(calls[name], [PARAGRAPH] * count)]
+            wholes = [t for _, t in pool.map(calls[name], short)]
+        out[name] = {
+            "first_audio_p50_s": p(firsts, 50),
+            "first_audio_p99_s": p(firsts, 99),
+            "short_whole_p50_s": p(wholes, 50),
+            "short_whole_p99_s": p(wholes, 99),
+        }
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--levels", type=int, nargs="+", default=[1, 4, 8])
+    parser.add_argument("--rounds", type=int, default=4, help="requests per client thread and path")
+    parser.add_argument("--url-grpc", help="a running Triton's gRPC address (with --gateway)")
+    parser.add_argument("--gateway", help="a running gateway's base URL, e.g. http://localhost:8080")
+    parser.add_argument("--out", type=Path, default=Path("results/gateway.json"))
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    from triton_tts.gateway.command import start_child, wait_live
+    from triton_tts.server import default_voice_server, free_port
+
+    with ExitStack() as stack:
+        if args.url_grpc and args.gateway:
+            grpc_url, gateway = args.url_grpc, args.gateway
+        else:
+            server = stack.enter_context(default_voice_server())
+            grpc_url, port = server.grpc_url, free_port()
+            child = start_child(port, grpc_url)
+            stack.callback(child.wait, 60)
+            stack.callback(child.terminate)
+            wait_live(port, child)
+            gateway = f"http://localhost:{port}"
+        calls = timed(grpc_url, gateway)
+        for name in PATHS:  # warm every path once
+            calls[name](SENTENCES[0])
+        results: dict[str, Any] = {
+            **stamp(),
+            "paragraph_chars": len(PARAGRAPH),
+            "levels": [level(calls, c, args.rounds) for c in args.levels],
+        }
+    write_report(args.out, results, tables(results))
+    return results
+
+
+def tables(results: dict[str, Any]) -> list[str]:
+    lines = [
+        f"First audio of a {results['paragraph_chars']}-character paragraph, and whole short sentences "
+        "(8 mixed, 1-7 s of audio), p50 / p99 in seconds:",
+        "",
+        "| concurrency | path | first audio p50 | p99 | short sentence p50 | p99 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in results["levels"]:
+        for name in PATHS:
+            x = r[name]
+            keys = ("first_audio_p50_s", "first_audio_p99_s", "short_whole_p50_s", "short_whole_p99_s")
+            lines.append(f"| {r['concurrency']} | {name} | " + " | ".join(f"{x[k]:.3f}" for k in keys) + " |")
+    return ["\n".join(lines)]
+
+
+if __name__ == "__main__":
+    main()
