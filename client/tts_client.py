@@ -191,6 +191,14 @@ def _server_errors(url: str, network: tuple[type[Exception], ...] = (ConnectionE
         yield
     except InferenceServerException as err:
         raise classify(err, url) from None
+    except grpc.RpcError as err:  # a gRPC call that tritonclient lets through (asyncio streams)
+        code = getattr(err, "code", lambda: None)()  # grpc.Call and grpc.aio's errors have them
+        details = getattr(err, "details", lambda: None)() or str(err)
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            raise TimedOut(f"no answer from {url} in time: {details}") from None
+        if code == grpc.StatusCode.UNAVAILABLE:
+            raise ServerUnavailable(f"cannot reach {url}: {details}") from None
+        raise TTSError(f"{details} (status {code})") from None
     except network as err:
         raise ServerUnavailable(f"cannot reach {url}: {err}") from None
 

@@ -281,3 +281,10 @@ def test_an_unreachable_triton_is_a_503() -> None:
         assert status == 503 and error_of(data)["type"] == "server_error", data
         with pytest.raises(openai.InternalServerError):
             sdk(base).audio.speech.create(model="tts-1", voice="alloy", input="Hello.")
+
+
+def test_no_audio_in_time_is_a_504(server: TritonServer) -> None:
+    with running_gateway(server.grpc_url, "--timeout-s", "0.05") as base:
+        status, _, data = post(base, json.dumps({"model": "tts-1", "input": LONG_TEXT}).encode())
+        error = error_of(data)
+        assert status == 504 and error["code"] == "timeout" and error["type"] == "server_error", error

@@ -18,7 +18,7 @@ TONE_HZ = 440.0
 
 def tone(seconds: float, rate: int = RATE) -> npt.NDArray[np.float32]:
     t = np.arange(int(seconds * rate)) / rate
-    return (0.4 * np.sin(2 * np.pi * TONE_HZ * t)).astype(np.float32)
+    return np.asarray(0.4 * np.sin(2 * np.pi * TONE_HZ * t), np.float32)
 
 
 def encode(response_format: str, chunks: list[npt.NDArray[np.float32]]) -> tuple[list[bytes], audio.Encoder]:

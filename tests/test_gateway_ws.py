@@ -14,7 +14,8 @@ import numpy.typing as npt
 import pytest
 import tritonclient.http as httpclient
 from websockets.exceptions import ConnectionClosed
-from websockets.sync.client import ClientConnection, connect
+from websockets.sync.client import connect
+from websockets.sync.connection import Connection
 
 from tests.helpers import metric_total, model_counts, running_gateway, stream_paragraph_chunks, wait_until
 from triton_tts.client import TTSClient
@@ -32,7 +33,7 @@ def ws_url(base: str, query: str = "") -> str:
 
 
 @pytest.fixture()
-def socket(gateway: str) -> Iterator[ClientConnection]:
+def socket(gateway: str) -> Iterator[Connection]:
     with connect(ws_url(gateway), open_timeout=30) as ws:
         yield ws
 
@@ -44,11 +45,11 @@ def http(server: TritonServer) -> Iterator[httpclient.InferenceServerClient]:
     client.close()
 
 
-def receive(ws: ClientConnection, timeout: float = 120) -> str | bytes:
+def receive(ws: Connection, timeout: float = 120) -> str | bytes:
     return ws.recv(timeout=timeout)
 
 
-def next_json(ws: ClientConnection, skip_pings: bool = True) -> dict[str, Any]:
+def next_json(ws: Connection, skip_pings: bool = True) -> dict[str, Any]:
     """The next JSON message (binary frames in between are an error here)."""
     while True:
         message = receive(ws)
@@ -59,7 +60,7 @@ def next_json(ws: ClientConnection, skip_pings: bool = True) -> dict[str, Any]:
 
 
 def speak_and_collect(
-    ws: ClientConnection, text: str, **options: Any
+    ws: Connection, text: str, **options: Any
 ) -> tuple[dict[str, Any], list[bytes], dict[str, Any]]:
     ws.send(json.dumps({"type": "speak", "input": text, **options}))
     start = next_json(ws)
@@ -80,12 +81,12 @@ def speak_and_collect(
 def direct(server: TritonServer) -> list[npt.NDArray[np.float32]]:
     """TEXT's chunks as tts_stream makes them for a tritonclient caller, noise off."""
     with TTSClient(server.grpc_url, "grpc") as client:
-        return [c.audio for c in client.stream(TEXT, **NO_NOISE)]
+        return [c.audio for c in client.stream(TEXT, noise_scale=0.0, noise_w=0.0)]
 
 
 @pytest.mark.parametrize(("fmt", "dtype", "scale"), [("s16le", "<i2", 32768.0), ("f32le", "<f4", 1.0)])
 def test_a_header_the_streams_chunks_and_an_end(
-    socket: ClientConnection, direct: list[npt.NDArray[np.float32]], fmt: str, dtype: str, scale: float
+    socket: Connection, direct: list[npt.NDArray[np.float32]], fmt: str, dtype: str, scale: float
 ) -> None:
     start, frames, end = speak_and_collect(socket, TEXT, format=fmt, voice="alloy", **NO_NOISE)
     assert start == {
@@ -108,13 +109,13 @@ def test_a_header_the_streams_chunks_and_an_end(
     assert end["synthesis_seconds"] > 0
 
 
-def test_one_socket_carries_requests_one_after_another(socket: ClientConnection) -> None:
+def test_one_socket_carries_requests_one_after_another(socket: Connection) -> None:
     for number in (1, 2, 3):
         start, frames, end = speak_and_collect(socket, "Good morning!")
         assert start["id"] == end["id"] == number and end["type"] == "end" and frames
 
 
-def test_errors_are_messages_and_the_socket_serves_on(socket: ClientConnection) -> None:
+def test_errors_are_messages_and_the_socket_serves_on(socket: Connection) -> None:
     socket.send("not json")
     assert next_json(socket)["error"]["code"] == "invalid_message"
     socket.send(json.dumps({"type": "speak", "input": ""}))
@@ -127,7 +128,7 @@ def test_errors_are_messages_and_the_socket_serves_on(socket: ClientConnection) 
     # a second speak while one is in progress is refused; the first goes on
     socket.send(json.dumps({"type": "speak", "input": PARAGRAPH}))
     socket.send(json.dumps({"type": "speak", "input": "Me too."}))
-    messages = []
+    messages: list[dict[str, Any]] = []
     while not messages or messages[-1].get("type") != "end":
         message = receive(socket)
         if isinstance(message, str):
@@ -170,7 +171,7 @@ def assert_stops_making_chunks(
 
 
 def test_a_cancel_message_stops_the_synthesis(
-    socket: ClientConnection, server: TritonServer, http: httpclient.InferenceServerClient
+    socket: Connection, server: TritonServer, http: httpclient.InferenceServerClient
 ) -> None:
     made_before, cancelled_before = model_counts(http, "tts_chunk")[0], cancelled(server)
     socket.send(json.dumps({"type": "speak", "input": LONG_TEXT}))
@@ -216,3 +217,34 @@ def test_api_keys_on_the_socket(server: TritonServer) -> None:
             with connect(url, additional_headers=headers) as ws:
                 _, frames, end = speak_and_collect(ws, "Hello.")
                 assert end["type"] == "end" and frames
+
+
+def test_pages_from_other_origins_may_not_open_the_socket(gateway: str, server: TritonServer) -> None:
+    """Browsers let any page open a WebSocket anywhere; the gateway takes only its own page's
+    origin and the --cors-origin list (clients that are not browsers send no Origin)."""
+    with connect(ws_url(gateway), origin="https://elsewhere.example") as ws:  # type: ignore[arg-type]
+        error = next_json(ws)
+        assert error["type"] == "error" and error["error"]["code"] == "origin", error
+        with pytest.raises(ConnectionClosed) as closed:
+            receive(ws, timeout=10)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+    with connect(ws_url(gateway), origin=gateway) as ws:  # type: ignore[arg-type]
+        _, frames, end = speak_and_collect(ws, "Same origin.")
+        assert end["type"] == "end" and frames
+    with (
+        running_gateway(server.grpc_url, "--cors-origin", "https://app.example") as base,
+        connect(ws_url(base), origin="https://app.example") as ws,  # type: ignore[arg-type]
+    ):
+        _, frames, end = speak_and_collect(ws, "Allowed origin.")
+        assert end["type"] == "end" and frames
+
+
+def test_a_synthesis_past_the_timeout_ends_with_an_error(server: TritonServer) -> None:
+    with running_gateway(server.grpc_url, "--timeout-s", "0.05") as base, connect(ws_url(base)) as ws:
+        ws.send(json.dumps({"type": "speak", "input": LONG_TEXT}))
+        while True:
+            message = receive(ws)
+            if isinstance(message, str) and json.loads(message)["type"] in ("error", "end"):
+                break
+        error = json.loads(message)
+        assert error["type"] == "error" and error["error"]["code"] == "timeout", error

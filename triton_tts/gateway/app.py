@@ -24,6 +24,7 @@ import json
 import logging
 import math
 import time
+from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing, asynccontextmanager, suppress
 from dataclasses import dataclass, field
@@ -77,7 +78,9 @@ class GatewaySettings:
     max_body_bytes: int = 65536
     cors_origins: tuple[str, ...] = ()  # empty: no CORS headers (browsers allow same origin only)
     heartbeat_s: float = 15.0  # WebSocket: a ping message after this long with nothing sent
-    timeout_s: float = 300.0  # one synthesis, first chunk to last
+    # One synthesis, first byte to last: streams are paced to playback, so this bounds the
+    # audio too (4,096 characters at speed 0.25 run ~20 minutes).
+    timeout_s: float = 1800.0
     retry_after_s: int = 1  # what a busy refusal tells callers to wait
     voice_aliases: dict[str, str] = field(default_factory=dict)  # name -> voice[:speaker]
     reconnect_s: float = 60.0  # a new gRPC channel (Triton's address resolved again); 0: never
@@ -168,7 +171,8 @@ class Voices:
         return out
 
     async def resolve(self, name: str | None) -> tuple[str, int | None]:
-        """``name`` (a served voice, ``voice:speaker``, or an alias) -> (voice, speaker id)."""
+        """``name`` (a served voice, ``voice:speaker`` by speaker name or id, or an alias) ->
+        (voice, speaker id)."""
         served = {v.name: v for v in await self.served()}
         wanted = (name or "").strip() or next(iter(served))
         wanted = (await self.aliases()).get(wanted, wanted)
@@ -181,6 +185,8 @@ class Voices:
             return voice.name, None
         if speaker in voice.speakers:
             return voice.name, int(voice.speakers[speaker])
+        if speaker.isdigit() and int(speaker) in voice.speakers.values():  # by id, as in tritonclient
+            return voice.name, int(speaker)
         speakers = ", ".join(sorted(voice.speakers)) or "none"
         raise invalid(f"voice {voice.name!r} has no speaker {speaker!r}; it has: {speakers}", "voice")
 
@@ -355,6 +361,13 @@ def authorized(settings: GatewaySettings, key: str | None) -> bool:
     return key is not None and any(hmac.compare_digest(key.encode(), k.encode()) for k in settings.api_keys)
 
 
+def allowed_origin(origin: str, host: str, settings: GatewaySettings) -> bool:
+    """A browser's Origin: this gateway's own (same host and port) or a --cors-origin."""
+    if origin in settings.cors_origins or "*" in settings.cors_origins:
+        return True
+    return origin.split("://", 1)[-1].rstrip("/").lower() == host.lower()
+
+
 class ApiKeys:
     """ASGI middleware: the bearer key on /v1/ HTTP routes (WebSockets check their own)."""
 
@@ -385,6 +398,7 @@ class Gateway:
         self._client: AsyncTTSClient | None = None
         self._voices: Voices | None = None
         self._retired: set[asyncio.Task[None]] = set()
+        self._users: Counter[AsyncTTSClient] = Counter()  # calls in progress, per client
 
     def _connect(self) -> AsyncTTSClient:
         # Round robin: with an address that resolves to several Triton pods, calls spread
@@ -401,14 +415,40 @@ class Gateway:
         while True:
             await asyncio.sleep(seconds)
             old, self._client = self._client, self._connect()
-            if old is not None:  # a call lasts at most timeout_s (and a socket's next call
-                retire = asyncio.create_task(self._close_later(old))  # takes the new client)
+            if old is not None:
+                retire = asyncio.create_task(self._close_when_idle(old))
                 self._retired.add(retire)
                 retire.add_done_callback(self._retired.discard)
 
-    async def _close_later(self, client: AsyncTTSClient) -> None:
-        await asyncio.sleep(self.settings.timeout_s + 5)
+    async def _close_when_idle(self, client: AsyncTTSClient) -> None:
+        """Close a replaced client once no call uses it (a call ends within timeout_s)."""
+        deadline = time.monotonic() + self.settings.timeout_s + 5
+        while self._users[client] > 0 and time.monotonic() < deadline:
+            await asyncio.sleep(1.0)
         await client.close()
+
+    async def open_stream(
+        self, request: SpeechRequest
+    ) -> tuple[AudioChunk, AsyncGenerator[AudioChunk, None]]:
+        """:func:`open_stream` on the current client, which counts as in use until the
+        returned chunks are read or closed."""
+        client = self.client
+        self._users[client] += 1
+        try:
+            first, rest = await open_stream(client, request, self.settings)
+        except BaseException:
+            self._users[client] -= 1
+            raise
+
+        async def held() -> AsyncGenerator[AudioChunk, None]:
+            try:
+                async with aclosing(rest):
+                    async for chunk in rest:
+                        yield chunk
+            finally:
+                self._users[client] -= 1
+
+        return first, held()
 
     @asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -445,7 +485,7 @@ class Gateway:
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise invalid(f"the body is not JSON: {err}", code="invalid_json") from None
         speech_request = await parse_speech(body, self.settings, self.voices)
-        first, rest = await open_stream(self.client, speech_request, self.settings)
+        first, rest = await self.open_stream(speech_request)
         encoder = audio.encoder(speech_request.response_format, first.sample_rate)
 
         async def body_bytes() -> AsyncIterator[bytes]:
@@ -454,10 +494,16 @@ class Gateway:
                 data = encoder.encode(first.audio)
                 if data:
                     yield data
-                async for chunk in rest:
-                    data = encoder.encode(chunk.audio)
-                    if data:
-                        yield data
+                try:
+                    async for chunk in rest:
+                        data = encoder.encode(chunk.audio)
+                        if data:
+                            yield data
+                except TTSError as err:
+                    # The status line is gone: the connection is cut without the last
+                    # chunk of the body, so the caller sees a failed read, never a short file.
+                    log.warning("speech cut short after its first chunk, the connection is closed: %s", err)
+                    raise
             yield encoder.finish()
 
         headers = {
@@ -492,7 +538,7 @@ class Gateway:
         return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
 
     async def socket(self, websocket: WebSocket) -> None:
-        await SpeechSocket(websocket, self.settings, lambda: self.client, self.voices).run()
+        await SpeechSocket(websocket, self.settings, self.open_stream, self.voices).run()
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:
@@ -554,10 +600,12 @@ class SpeechSocket:
         self,
         websocket: WebSocket,
         settings: GatewaySettings,
-        client: Callable[[], AsyncTTSClient],
+        open_speech: Callable[
+            [SpeechRequest], Awaitable[tuple[AudioChunk, AsyncGenerator[AudioChunk, None]]]
+        ],
         voices: Voices,
     ) -> None:
-        self.ws, self.settings, self.client, self.voices = websocket, settings, client, voices
+        self.ws, self.settings, self.open_speech, self.voices = websocket, settings, open_speech, voices
         self.last_sent = time.monotonic()
         self.send_lock = asyncio.Lock()
         self.task: asyncio.Task[None] | None = None
@@ -578,6 +626,15 @@ class SpeechSocket:
 
     async def run(self) -> None:
         await self.ws.accept()
+        origin = self.ws.headers.get("origin")
+        if origin is not None and not allowed_origin(origin, self.ws.headers.get("host", ""), self.settings):
+            # Browsers let any page open a WebSocket anywhere (CORS does not apply): only
+            # pages from this gateway or the --cors-origin list may. Other clients send none.
+            await self.error(
+                None, ApiError(403, f"origin {origin} may not open this socket (see --cors-origin)", "origin")
+            )
+            await self.ws.close(code=1008)
+            return
         if not authorized(self.settings, _key_of(self.ws.headers, self.ws.query_params)):
             await self.error(
                 None, ApiError(401, "a valid API key is required (header or ?api_key=)", "invalid_api_key")
@@ -649,7 +706,7 @@ class SpeechSocket:
                 raise invalid(f"unknown format {fmt!r}; use one of {', '.join(WS_FORMATS)}", "format")
             request = await parse_speech(message, self.settings, self.voices, openai_body=False)
             started = time.monotonic()
-            first, rest = await open_stream(self.client(), request, self.settings)
+            first, rest = await self.open_speech(request)
             await self.send_json(
                 {
                     "type": "start",
@@ -686,6 +743,10 @@ class SpeechSocket:
             await self.error(request_id, from_tts_error(err, self.settings))
         except WebSocketDisconnect:
             pass
+        except Exception as err:  # a bug: said on the socket, logged with its traceback
+            log.exception("speak %d failed", request_id)
+            with suppress(Exception):
+                await self.error(request_id, ApiError(500, f"internal error: {err}", "internal_error"))
         finally:
             if self.ws.application_state != WebSocketState.CONNECTED:
                 log.debug("socket closed during request %d", request_id)

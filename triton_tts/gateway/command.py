@@ -4,7 +4,9 @@ process of ``triton-tts serve``."""
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import re
 import subprocess
 import sys
 import time
@@ -58,7 +60,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=15.0,
         help="WebSocket: a ping message after this long with nothing sent",
     )
-    parser.add_argument("--timeout-s", type=float, default=300.0, help="longest one synthesis may take")
+    parser.add_argument(
+        "--timeout-s",
+        type=float,
+        default=1800.0,
+        help="longest one synthesis may take, first byte to last (streams are paced to playback: "
+        "this bounds the audio's length too)",
+    )
     parser.add_argument(
         "--reconnect-s",
         type=float,
@@ -109,6 +117,8 @@ def run(args: argparse.Namespace) -> int:
         f"CORS {'for ' + ', '.join(settings.cors_origins) if settings.cors_origins else 'off'}",
         flush=True,
     )
+    for name in ("uvicorn.access", "uvicorn.error"):
+        logging.getLogger(name).addFilter(redact_keys)
     uvicorn.run(
         create_app(settings),
         host=args.host,
@@ -118,6 +128,14 @@ def run(args: argparse.Namespace) -> int:
         proxy_headers=False,
     )
     return 0
+
+
+def redact_keys(record: logging.LogRecord) -> bool:
+    """Keys given as ?api_key= (WebSockets from browsers) stay out of the logs."""
+    message = record.getMessage()
+    if "api_key=" in message:
+        record.msg, record.args = re.sub(r"api_key=[^&\s\"']*", "api_key=REDACTED", message), None
+    return True
 
 
 def start_child(port: int, triton_grpc_url: str, extra: Sequence[str] = ()) -> subprocess.Popen[bytes]:
