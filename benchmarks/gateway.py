@@ -1,7 +1,9 @@
 """What the OpenAI-compatible gateway costs: time to first audio and whole-request latency
 through it, side by side with tritonclient gRPC straight to Triton, in one run.
 
-Per concurrency level, each path runs the same requests, one path after the other:
+Per concurrency level, each path runs the same requests, one path after the other (for
+first audio the caller leaves after it, cancelling the stream: paced to playback, a
+paragraph's stream would last about as long as its audio):
   grpc       tts_stream with triton_tts.client (first chunk; the baseline)
   http-pcm   POST /v1/audio/speech, response_format pcm (first body bytes)
   http-mp3   the same in MP3 (the encoder's first frame)
@@ -42,32 +44,40 @@ def p(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q))
 
 
-def timed(grpc_url: str, gateway: str) -> dict[str, Callable[[str], tuple[float, float]]]:
-    """Per path: text -> (seconds to first audio, seconds to the end)."""
+Call = Callable[[str, bool], tuple[float, float]]
+
+
+def timed(grpc_url: str, gateway: str) -> dict[str, Call]:
+    """Per path: (text, first audio only) -> (seconds to first audio, seconds to the end).
+    First audio only: the caller leaves after it (the stream is cancelled), as a paced
+    stream of a paragraph would otherwise last about as long as its audio."""
     local = threading.local()
 
-    def grpc(text: str) -> tuple[float, float]:
+    def grpc(text: str, first_only: bool) -> tuple[float, float]:
         if not hasattr(local, "client"):
             local.client = TTSClient(grpc_url, "grpc")
         start, first = time.perf_counter(), 0.0
         for _chunk in local.client.stream(text):
             first = first or time.perf_counter() - start
+            if first_only:
+                break
         return first, time.perf_counter() - start
 
-    def http(response_format: str) -> Callable[[str], tuple[float, float]]:
-        def call(text: str) -> tuple[float, float]:
+    def http(response_format: str) -> Call:
+        def call(text: str, first_only: bool) -> tuple[float, float]:
             body = json.dumps({"model": "tts-1", "input": text, "response_format": response_format}).encode()
             start = time.perf_counter()
             request = urllib.request.Request(f"{gateway}/v1/audio/speech", data=body)
             with urllib.request.urlopen(request, timeout=600) as response:
                 response.read(1)
                 first = time.perf_counter() - start
-                response.read()
+                if not first_only:
+                    response.read()
             return first, time.perf_counter() - start
 
         return call
 
-    def websocket(text: str) -> tuple[float, float]:
+    def websocket(text: str, first_only: bool) -> tuple[float, float]:
         url = gateway.replace("http://", "ws://") + "/v1/audio/speech/ws"
         start, first = time.perf_counter(), 0.0
         with connect(url) as ws:
@@ -76,22 +86,23 @@ def timed(grpc_url: str, gateway: str) -> dict[str, Callable[[str], tuple[float,
                 message = ws.recv(timeout=600)
                 if isinstance(message, bytes):
                     first = first or time.perf_counter() - start
+                    if first_only:
+                        return first, first
                 elif json.loads(message)["type"] in ("end", "error"):
                     return first, time.perf_counter() - start
 
     return {"grpc": grpc, "http-pcm": http("pcm"), "http-mp3": http("mp3"), "websocket": websocket}
 
 
-def level(
-    calls: dict[str, Callable[[str], tuple[float, float]]], concurrency: int, rounds: int
-) -> dict[str, Any]:
+def level(calls: dict[str, Call], concurrency: int, rounds: int) -> dict[str, Any]:
     count = concurrency * rounds
     short = [SENTENCES[i % len(SENTENCES)] for i in range(count)]
     out: dict[str, Any] = {"concurrency": concurrency, "requests": count}
     for name in PATHS:
+        call = calls[name]
         with ThreadPoolExecutor(concurrency) as pool:
-            firsts = [f for f, _ in pool.map(calls[name], [PARAGRAPH] * count)]
-            wholes = [t for _, t in pool.map(calls[name], short)]
+            firsts = [f for f, _ in pool.map(call, [PARAGRAPH] * count, [True] * count)]
+            wholes = [t for _, t in pool.map(call, short, [False] * count)]
         out[name] = {
             "first_audio_p50_s": p(firsts, 50),
             "first_audio_p99_s": p(firsts, 99),
@@ -126,7 +137,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             gateway = f"http://localhost:{port}"
         calls = timed(grpc_url, gateway)
         for name in PATHS:  # warm every path once
-            calls[name](SENTENCES[0])
+            calls[name](SENTENCES[0], False)
         results: dict[str, Any] = {
             **stamp(),
             "paragraph_chars": len(PARAGRAPH),
