@@ -38,6 +38,7 @@ from triton_tts.client import TTSClient
 from triton_tts.testing.sample_texts import PARAGRAPH, SENTENCES
 
 PATHS = ("grpc", "http-pcm", "http-mp3", "websocket")
+SETTLE_S = 1.0  # after a burst of left streams: their cancellation reaches the model
 
 
 def p(values: list[float], q: float) -> float:
@@ -99,9 +100,13 @@ def level(calls: dict[str, Call], concurrency: int, rounds: int) -> dict[str, An
     short = [SENTENCES[i % len(SENTENCES)] for i in range(count)]
     out: dict[str, Any] = {"concurrency": concurrency, "requests": count}
     for name in PATHS:
-        call = calls[name]
+        call, firsts = calls[name], []
         with ThreadPoolExecutor(concurrency) as pool:
-            firsts = [f for f, _ in pool.map(call, [PARAGRAPH] * count, [True] * count)]
+            # first audio: bursts of `concurrency` streams starting together; the streams
+            # they leave are cancelled, and the server is given a moment to notice
+            for _ in range(rounds):
+                firsts += [f for f, _ in pool.map(call, [PARAGRAPH] * concurrency, [True] * concurrency)]
+                time.sleep(SETTLE_S)
             wholes = [t for _, t in pool.map(call, short, [False] * count)]
         out[name] = {
             "first_audio_p50_s": p(firsts, 50),
