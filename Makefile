@@ -170,4 +170,4 @@ voices/baker/voice.json: | $(ZH_VENV)/bin/python
 voice-zh: voices/baker/voice.json
 
 serve-zh: setup-serve voices/baker/voice.json
-	$(BIN)/triton-tts serve --voice voices/joe --voice voices/baker --model-repository $(REPOSITORY)-zh --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
+	$(BIN)/triton-tts serve --voice voices/joe --voice voices/baker --model-repository $(REPOSITORY)-zh --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) --gateway-port $(GATEWAY_PORT)

@@ -197,3 +197,31 @@ def test_joe_is_unaffected(zh_server: TritonServer) -> None:
         result = client.infer("tts", tts_inputs(grpcclient, "Still speaking English."))
     assert int(result.as_numpy("SAMPLE_RATE").reshape(-1)[0]) == 22050
     assert result.as_numpy("AUDIO").size > 22050 // 2
+
+
+def test_the_openai_sdk_speaks_chinese_through_the_gateway(zh_server: TritonServer) -> None:
+    """OpenAI's SDK asks the gateway for the Mandarin voice by name: MP3 at its 24 kHz, and
+    the Mandarin recogniser understands it as it does the voice served directly."""
+    import io
+
+    import openai
+    import soundfile as sf
+
+    from tests.helpers import running_gateway
+    from triton_tts.intelligibility import mandarin_cer, transcribe_mandarin
+
+    texts = HEARD[:4]
+    with running_gateway(zh_server.grpc_url) as base:
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
+        voices = {v["id"]: v for v in client.get("/audio/voices", cast_to=object)["voices"]}  # type: ignore[index]
+        assert voices[VOICE]["language"] == "cmn" and voices[VOICE]["sample_rate"] == 24000
+        heard = []
+        for text in texts:
+            with client.audio.speech.with_streaming_response.create(
+                model="tts-1", voice=VOICE, input=text, response_format="mp3"
+            ) as response:
+                assert response.headers["x-voice"] == VOICE and response.headers["x-sample-rate"] == "24000"
+                audio, rate = sf.read(io.BytesIO(response.read()), dtype="float32")
+            assert rate == 24000
+            heard.append(transcribe_mandarin(audio, rate))
+    assert mandarin_cer(list(texts), heard) <= MAX_CER, list(zip(texts, heard, strict=True))
