@@ -722,3 +722,30 @@ def test_the_charts_gateway_command_is_the_clis(
         "--set-json", f"gateway.corsOrigins={json.dumps(origins)}", "--set", "gateway.maxInputChars=1000"
     )
     assert args["cors_origin"] == origins and args["max_input_chars"] == 1000
+
+
+@pytest.mark.parametrize("mode", ["sidecar", "deployment"])
+def test_the_ingress_can_route_to_the_gateway(helm: Path, mode: str) -> None:
+    """ingress.backend=gateway: the Ingress's Service and port lead to the container that
+    serves the gateway's port and probes, in either mode; the default stays Triton's HTTP."""
+    base = ["--set", "ingress.enabled=true", "--set", f"gateway.mode={mode}"]
+    for backend, container_name in (("triton", "tritonserver"), ("gateway", "gateway")):
+        docs = render(helm, *base, "--set", f"ingress.backend={backend}")
+        (ingress,) = named(docs, "Ingress").values()
+        (path,) = ingress["spec"]["rules"][0]["http"]["paths"]
+        target = path["backend"]["service"]
+        service = named(docs, "Service")[target["name"]]
+        (port,) = [p for p in service["spec"]["ports"] if p["name"] == target["port"]["name"]]
+        (pod,) = [
+            d["spec"]["template"]
+            for d in named(docs, "Deployment").values()
+            if selects(service["spec"]["selector"], d["spec"]["template"]["metadata"]["labels"])
+        ]
+        (container,) = [c for c in pod["spec"]["containers"] if c["name"] == container_name]
+        reached = container_port(container, port["targetPort"])
+        if backend == "gateway":
+            assert reached == check_gateway_serves_where_probed(container)
+        else:
+            assert f"--http-port={reached}" in container["args"]
+    with pytest.raises(AssertionError, match=r"needs gateway\.enabled"):
+        render(helm, *base, "--set", "ingress.backend=gateway", "--set", "gateway.enabled=false")
