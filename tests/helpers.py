@@ -70,9 +70,11 @@ def wait_until(condition: Callable[[], T], timeout_s: float, what: str, poll_s: 
     return result
 
 
-def metric_total(metrics_port: int, name: str, **labels: str) -> float:
-    """The sum of every series of ``name`` on Triton's metrics port that has ``labels``."""
-    with urllib.request.urlopen(f"http://localhost:{metrics_port}/metrics", timeout=30) as page:
+def metric_total(metrics_port: int | str, name: str, **labels: str) -> float:
+    """The sum of every series of ``name`` that has ``labels``, on Triton's metrics port
+    (a port number) or at a metrics URL (the gateway's)."""
+    url = metrics_port if isinstance(metrics_port, str) else f"http://localhost:{metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=30) as page:
         text = page.read().decode("utf-8")
     wanted = [f'{key}="{value}"' for key, value in labels.items()]
     total = 0.0
@@ -81,6 +83,20 @@ def metric_total(metrics_port: int, name: str, **labels: str) -> float:
         if series.split("{")[0] == name and all(label in series for label in wanted):
             total += float(value)
     return total
+
+
+def gateway_outcomes(base: str, api: str) -> dict[str, float]:
+    """The gateway's triton_tts_gateway_requests_total for one API (http, websocket), by
+    outcome."""
+    with urllib.request.urlopen(f"{base}/metrics", timeout=30) as page:
+        text = page.read().decode("utf-8")
+    counts: dict[str, float] = {}
+    for line in text.splitlines():
+        series, _, value = line.rpartition(" ")
+        if series.startswith("triton_tts_gateway_requests_total{") and f'api="{api}"' in series:
+            outcome = series.split('outcome="', 1)[1].split('"', 1)[0]
+            counts[outcome] = counts.get(outcome, 0.0) + float(value)
+    return counts
 
 
 # PARAGRAPH's chunks, worked out by hand from the rules (docs/api.md, "Long text and

@@ -21,6 +21,7 @@ import soundfile as sf
 import tritonclient.http as httpclient
 
 from tests.helpers import (
+    gateway_outcomes,
     metric_total,
     model_counts,
     running_gateway,
@@ -45,6 +46,8 @@ LONG_TEXT = " ".join([PARAGRAPH] * LONG_COPIES)
 WER_MARGIN = 0.15
 NO_NOISE = {"noise_scale": 0.0, "noise_w": 0.0}
 CODEC_SLACK_S = 0.1
+KEY = "a-test-key"
+AUTH = {"Authorization": f"Bearer {KEY}"}
 
 
 def sdk(base: str, api_key: str = "not-needed", **options: Any) -> openai.OpenAI:
@@ -288,3 +291,79 @@ def test_no_audio_in_time_is_a_504(server: TritonServer) -> None:
         status, _, data = post(base, json.dumps({"model": "tts-1", "input": LONG_TEXT}).encode())
         error = error_of(data)
         assert status == 504 and error["code"] == "timeout" and error["type"] == "server_error", error
+
+
+# The gateway's own metrics (GET /metrics), read after real requests: each synthesis is
+# counted once by how it ended (the OpenAI error code its caller got, ok, or cancelled).
+
+
+def test_http_syntheses_are_counted_by_how_they_ended(server: TritonServer) -> None:
+    with running_gateway(server.grpc_url, env={"TRITON_TTS_API_KEY": KEY}) as base:
+        metrics = f"{base}/metrics"
+        # Prometheus scrapes without a key, like the probes
+        with urllib.request.urlopen(metrics, timeout=30) as page:
+            assert page.status == 200 and page.headers["content-type"].startswith("text/plain")
+        assert gateway_outcomes(base, "http") == {}
+        assert metric_total(metrics, "triton_tts_gateway_requests_in_flight", api="http") == 0
+
+        asked = time.monotonic()
+        status, _, data = post(
+            base, json.dumps({"model": "tts-1", "input": TEXT, "response_format": "wav"}).encode(), AUTH
+        )
+        answered = time.monotonic() - asked
+        assert status == 200
+        samples, rate = sf.read(io.BytesIO(data), dtype="float32")
+        # the audio counted is the audio sent, to the sample
+        assert metric_total(
+            metrics, "triton_tts_gateway_audio_seconds_total", api="http", format="wav"
+        ) == pytest.approx(len(samples) / rate, abs=1e-6)
+        assert (
+            metric_total(metrics, "triton_tts_gateway_first_audio_seconds_count", api="http", format="wav")
+            == 1
+        )
+        first_audio = metric_total(
+            metrics, "triton_tts_gateway_first_audio_seconds_sum", api="http", format="wav"
+        )
+        assert 0 < first_audio <= answered  # the first bytes left before the caller had them all
+
+        refusals = {
+            "invalid_api_key": (json.dumps({"model": "tts-1", "input": "Hi."}).encode(), {}),
+            "invalid_value": (json.dumps({"model": "tts-1", "input": "Hi.", "speed": 9}).encode(), AUTH),
+            "model_not_found": (json.dumps({"model": "whisper-1", "input": "Hi."}).encode(), AUTH),
+            "invalid_json": (b"{not json", AUTH),
+            "request_too_large": (json.dumps({"model": "tts-1", "input": "x" * 70_000}).encode(), AUTH),
+            "rejected_by_server": (json.dumps({"model": "tts-1", "input": "…   ---  ***"}).encode(), AUTH),
+        }
+        for code, (body, headers) in refusals.items():
+            status, _, data = post(base, body, headers)
+            assert error_of(data)["code"] == code and status >= 400, (code, status)
+
+        # a caller who hangs up: counted once the server side has let go
+        client = sdk(base, api_key=KEY)
+        with client.audio.speech.with_streaming_response.create(
+            model="tts-1", voice="alloy", input=LONG_TEXT, response_format="mp3"
+        ) as response:
+            assert next(response.iter_bytes(1024))
+            assert metric_total(metrics, "triton_tts_gateway_requests_in_flight", api="http") == 1
+        wait_until(
+            lambda: metric_total(metrics, "triton_tts_gateway_requests_in_flight", api="http") == 0,
+            60,
+            "the hang-up counted",
+        )
+        assert gateway_outcomes(base, "http") == {"ok": 1, "cancelled": 1, **{code: 1 for code in refusals}}
+        assert (
+            metric_total(metrics, "triton_tts_gateway_first_audio_seconds_count", api="http", format="mp3")
+            == 1
+        )
+        assert metric_total(metrics, "triton_tts_gateway_audio_seconds_total", api="http", format="mp3") > 0
+
+
+def test_an_unreachable_triton_is_counted_and_metrics_can_be_turned_off(server: TritonServer) -> None:
+    with running_gateway(f"localhost:{free_port()}", ready=False) as base:
+        with pytest.raises(openai.InternalServerError):
+            sdk(base).audio.speech.create(model="tts-1", voice="alloy", input="Hello.")
+        assert gateway_outcomes(base, "http") == {"triton_unavailable": 1}
+    with running_gateway(server.grpc_url, "--no-metrics") as base:
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            urllib.request.urlopen(f"{base}/metrics", timeout=30)
+        assert missing.value.code == 404

@@ -17,7 +17,14 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 from websockets.sync.connection import Connection
 
-from tests.helpers import metric_total, model_counts, running_gateway, stream_paragraph_chunks, wait_until
+from tests.helpers import (
+    gateway_outcomes,
+    metric_total,
+    model_counts,
+    running_gateway,
+    stream_paragraph_chunks,
+    wait_until,
+)
 from triton_tts.client import TTSClient
 from triton_tts.server import TritonServer, requests_in_flight
 from triton_tts.testing.sample_texts import PARAGRAPH
@@ -248,3 +255,55 @@ def test_a_synthesis_past_the_timeout_ends_with_an_error(server: TritonServer) -
                 break
         error = json.loads(message)
         assert error["type"] == "error" and error["error"]["code"] == "timeout", error
+
+
+def test_websocket_syntheses_and_open_sockets(server: TritonServer) -> None:
+    with running_gateway(server.grpc_url) as base:
+        metrics = f"{base}/metrics"
+        assert metric_total(metrics, "triton_tts_gateway_websockets_open") == 0
+        with connect(ws_url(base), open_timeout=30) as ws:
+            wait_until(
+                lambda: metric_total(metrics, "triton_tts_gateway_websockets_open") == 1,
+                30,
+                "the socket counted",
+            )
+            start, frames, end = speak_and_collect(ws, TEXT, format="f32le")
+            assert end["type"] == "end" and sum(len(f) for f in frames) // 4 == end["samples"]
+            # the audio counted is the audio sent, to the sample
+            assert metric_total(
+                metrics, "triton_tts_gateway_audio_seconds_total", api="websocket", format="f32le"
+            ) == pytest.approx(end["samples"] / start["sample_rate"], abs=1e-6)
+            assert (
+                metric_total(
+                    metrics, "triton_tts_gateway_first_audio_seconds_count", api="websocket", format="f32le"
+                )
+                == 1
+            )
+
+            ws.send(json.dumps({"type": "speak", "input": "Hi.", "speed": 9}))
+            assert next_json(ws)["error"]["code"] == "invalid_value"
+
+            ws.send(json.dumps({"type": "speak", "input": LONG_TEXT}))
+            assert next_json(ws)["type"] == "start"
+            assert isinstance(receive(ws), bytes)
+            assert metric_total(metrics, "triton_tts_gateway_requests_in_flight", api="websocket") == 1
+            ws.send(json.dumps({"type": "cancel"}))
+            while not (
+                isinstance(message := receive(ws), str) and json.loads(message)["type"] == "cancelled"
+            ):
+                pass
+            assert metric_total(metrics, "triton_tts_gateway_requests_in_flight", api="websocket") == 0
+
+            # a socket closed mid-synthesis: cancelled too
+            ws.send(json.dumps({"type": "speak", "input": LONG_TEXT}))
+            assert next_json(ws)["type"] == "start"
+        wait_until(
+            lambda: metric_total(metrics, "triton_tts_gateway_websockets_open") == 0, 30, "the socket closed"
+        )
+        wait_until(
+            lambda: metric_total(metrics, "triton_tts_gateway_requests_in_flight", api="websocket") == 0,
+            30,
+            "the stream ended",
+        )
+        assert gateway_outcomes(base, "websocket") == {"ok": 1, "invalid_value": 1, "cancelled": 2}
+        assert gateway_outcomes(base, "http") == {}

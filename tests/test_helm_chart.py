@@ -463,6 +463,15 @@ def promql_metric_names(expr: str) -> set[str]:
     }
 
 
+def gateway_series() -> tuple[set[str], set[str]]:
+    """The gateway's families and the series names they expose, from its own registry."""
+    from triton_tts.gateway.metrics import GatewayMetrics
+
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
+    families = list(GatewayMetrics().registry.collect())
+    return {f.name for f in families}, {f.name + s for f in families for s in suffixes[f.type]}
+
+
 def test_grafana_dashboard_reads_only_series_that_exist(helm: Path, tmp_path: Path) -> None:
     from triton_tts.metrics import FAMILIES
 
@@ -485,9 +494,12 @@ def test_grafana_dashboard_reads_only_series_that_exist(helm: Path, tmp_path: Pa
         for f in FAMILIES
         for suffix in (("_bucket", "_sum", "_count") if f.kind == "HISTOGRAM" else ("",))
     }
+    gateway_families, gateway_names = gateway_series()
     read = set().union(*(promql_metric_names(e) for e in exprs))
-    assert read <= ours | TRITON_METRICS, read - ours - TRITON_METRICS
+    assert read <= ours | gateway_names | TRITON_METRICS, read - ours - gateway_names - TRITON_METRICS
     assert {f.name for f in FAMILIES} <= {n.removesuffix("_bucket").removesuffix("_sum") for n in read}
+    shown = {n.removesuffix("_total").removesuffix("_bucket") for n in read}
+    assert gateway_families <= shown, gateway_families - shown  # every gateway metric has a panel
     # every selector reads this release's pods only
     for expr in exprs:
         assert expr.count('namespace="speech", pod=~"tts-triton-tts-') == expr.count("{"), expr
@@ -749,3 +761,84 @@ def test_the_ingress_can_route_to_the_gateway(helm: Path, mode: str) -> None:
             assert f"--http-port={reached}" in container["args"]
     with pytest.raises(AssertionError, match=r"needs gateway\.enabled"):
         render(helm, *base, "--set", "ingress.backend=gateway", "--set", "gateway.enabled=false")
+
+
+def scraped_ports(docs: list[dict[str, Any]], kind: str) -> list[tuple[str, str, int]]:
+    """What a release's monitors of ``kind`` scrape: (container, path, container port) for
+    every endpoint, followed through the Service (ServiceMonitor) to the pods it selects."""
+    pods = [d["spec"]["template"] for d in named(docs, "Deployment").values()]
+    found: list[tuple[str, str, int]] = []
+    for monitor in (d for d in docs if d["kind"] == kind):
+        selector = monitor["spec"]["selector"]["matchLabels"]
+        endpoints = monitor["spec"]["podMetricsEndpoints" if kind == "PodMonitor" else "endpoints"]
+        for endpoint in endpoints:
+            if kind == "PodMonitor":
+                targets = [
+                    (pod, endpoint["port"]) for pod in pods if selects(selector, pod["metadata"]["labels"])
+                ]
+            else:
+                targets = [
+                    (pod, port["targetPort"])
+                    for service in named(docs, "Service").values()
+                    if selects(selector, service["metadata"]["labels"])
+                    for port in service["spec"]["ports"]
+                    if port["name"] == endpoint["port"]
+                    for pod in pods
+                    if selects(service["spec"]["selector"], pod["metadata"]["labels"])
+                ]
+            for pod, port in targets:
+                for container in pod["spec"]["containers"]:
+                    if any(port in (p["name"], p["containerPort"]) for p in container.get("ports", [])):
+                        found.append((container["name"], endpoint["path"], container_port(container, port)))
+    return found
+
+
+@pytest.mark.parametrize("mode", ["sidecar", "deployment"])
+@pytest.mark.parametrize(
+    ("kind", "switch"), [("ServiceMonitor", "serviceMonitor"), ("PodMonitor", "podMonitor")]
+)
+def test_prometheus_scrapes_triton_and_the_gateway_once_each(
+    helm: Path, mode: str, kind: str, switch: str
+) -> None:
+    docs = render(helm, "--set", f"gateway.mode={mode}", "--set", f"{switch}.enabled=true")
+    triton_pod = named(docs, "Deployment")["tts-triton-tts"]["spec"]["template"]["spec"]
+    triton = next(c for c in triton_pod["containers"] if c["name"] == "tritonserver")
+    gateway = gateway_of(docs)
+    metrics_port = container_port(triton, "metrics")
+    assert f"--metrics-port={metrics_port}" in triton["args"]
+    # the gateway serves /metrics on its own port (unless told --no-metrics)
+    assert "--no-metrics" not in gateway["args"]
+    assert sorted(scraped_ports(docs, kind)) == sorted(
+        [
+            ("tritonserver", "/metrics", metrics_port),
+            ("gateway", "/metrics", check_gateway_serves_where_probed(gateway)),
+        ]
+    )
+
+
+@pytest.mark.parametrize("mode", ["sidecar", "deployment"])
+def test_the_dashboards_gateway_panels_read_the_pods_that_serve_them(helm: Path, mode: str) -> None:
+    """A gateway query's pod regex matches the pods whose /metrics carry its series: the
+    Triton pods with a sidecar, the gateway Deployment's pods otherwise, never the other's."""
+    import re
+
+    docs = render(helm, "--set", f"gateway.mode={mode}", "--set", "grafanaDashboard.enabled=true")
+    (config_map,) = [d for d in docs if d["kind"] == "ConfigMap"]
+    (text,) = config_map["data"].values()
+    targets = [(p["title"], t["expr"]) for p in json.loads(text)["panels"] for t in p["targets"]]
+    # pod names as a ReplicaSet makes them: <deployment>-<template hash>-<5 characters>
+    pod = {name: f"{name}-5d8f7c9b6-x2k4q" for name in named(docs, "Deployment")}
+    serving = pod["tts-triton-tts" if mode == "sidecar" else "tts-triton-tts-gateway"]
+    gateway_exprs = [e for title, e in targets if title.startswith("Gateway:")]
+    assert len(gateway_exprs) >= 4
+    for expr in gateway_exprs:
+        for regex in re.findall(r'pod=~"([^"]+)"', expr):
+            assert re.fullmatch(regex, serving), (regex, serving)
+            assert not [p for p in pod.values() if p != serving and re.fullmatch(regex, p)], regex
+    for expr in (e for title, e in targets if not title.startswith("Gateway:")):
+        for regex in re.findall(r'pod=~"([^"]+)"', expr):
+            assert re.fullmatch(regex, pod["tts-triton-tts"]), regex
+            assert mode == "sidecar" or not re.fullmatch(regex, pod["tts-triton-tts-gateway"]), regex
+    off = render(helm, "--set", "gateway.enabled=false", "--set", "grafanaDashboard.enabled=true")
+    (config_map,) = [d for d in off if d["kind"] == "ConfigMap"]
+    assert "triton_tts_gateway" not in json.dumps(config_map["data"])

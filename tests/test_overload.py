@@ -24,7 +24,7 @@ import tritonclient.http as httpclient
 from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.utils import InferenceServerException
 
-from tests.helpers import metric_total, running_gateway, tts_inputs
+from tests.helpers import gateway_outcomes, metric_total, running_gateway, tts_inputs
 from triton_tts import model_configs
 from triton_tts.client.tts_client import AsyncTTSClient, RetryPolicy, ServerBusy, TTSClient
 from triton_tts.model_configs import BuildOptions, parse
@@ -261,7 +261,10 @@ def test_the_gateway_answers_busy_with_503_and_retry_after(tiny: TritonServer) -
         )
         assert speech.content[:4] == b"RIFF"
         first.join()
-        assert busy_refusals(tiny) > refused_before  # it was refused, and retried
+        retried = busy_refusals(tiny) - refused_before
+        assert retried > 0  # it was refused, and retried
+        # the gateway's own metrics: every 503 it answered, then the one that got through
+        assert gateway_outcomes(base, "http") == {"server_busy": 1 + retried, "ok": 1}
 
 
 def busy_refusals(server: TritonServer) -> float:

@@ -10,6 +10,7 @@ Routes:
   WS   /v1/audio/speech/ws     text in; a JSON header, 16-bit PCM chunks, a JSON end out
   GET  /                       the listening page (static/)
   GET  /health/live, /health/ready   probes (ready: Triton and tts_stream ready)
+  GET  /metrics                the gateway's Prometheus metrics (triton_tts.gateway.metrics)
 
 Errors are OpenAI's JSON (``{"error": {"message", "type", "param", "code"}}``): bad input
 400, a missing or wrong API key 401, a body over the limit 413, a busy Triton 503 with
@@ -54,6 +55,7 @@ from triton_tts.client import (
     VoiceInfo,
 )
 from triton_tts.gateway import audio
+from triton_tts.gateway.metrics import CANCELLED, OK, GatewayMetrics, SpeechMetrics, Synthesis
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +86,7 @@ class GatewaySettings:
     retry_after_s: int = 1  # what a busy refusal tells callers to wait
     voice_aliases: dict[str, str] = field(default_factory=dict)  # name -> voice[:speaker]
     reconnect_s: float = 60.0  # a new gRPC channel (Triton's address resolved again); 0: never
+    metrics: bool = True  # GET /metrics (no key: like the probes, for Prometheus)
 
 
 class ApiError(Exception):
@@ -110,6 +113,16 @@ class ApiError(Exception):
 
     def response(self) -> JSONResponse:
         return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+
+    async def answer(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Send this error as the response, its code noted for the request's metrics."""
+        self.note(scope)
+        await self.response()(scope, receive, send)
+
+    def note(self, scope: Scope) -> None:
+        synthesis = scope.get("state", {}).get("synthesis")
+        if isinstance(synthesis, Synthesis):
+            synthesis.error_code = self.code
 
 
 def invalid(message: str, param: str | None = None, code: str = "invalid_value") -> ApiError:
@@ -331,7 +344,7 @@ class BodyLimit:
         too_big = ApiError(413, f"the request body is over {self.limit} bytes", "request_too_large")
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.limit:
-            await too_big.response()(scope, receive, send)
+            await too_big.answer(scope, receive, send)
             return
         seen = 0
 
@@ -382,7 +395,7 @@ class ApiKeys:
                     401, "a valid API key is required: send 'Authorization: Bearer KEY'", "invalid_api_key"
                 )
                 error.headers["WWW-Authenticate"] = "Bearer"
-                await error.response()(scope, receive, send)
+                await error.answer(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
@@ -393,8 +406,8 @@ class Gateway:
     Triton pods added since (a headless Service, dns:///) get their share. Calls in flight
     keep the channel they started on; it is closed once no call can still be using it."""
 
-    def __init__(self, settings: GatewaySettings) -> None:
-        self.settings = settings
+    def __init__(self, settings: GatewaySettings, metrics: GatewayMetrics) -> None:
+        self.settings, self.metrics = settings, metrics
         self._client: AsyncTTSClient | None = None
         self._voices: Voices | None = None
         self._retired: set[asyncio.Task[None]] = set()
@@ -480,31 +493,40 @@ class Gateway:
         return self._voices
 
     async def speech(self, request: Request) -> Response:
+        synthesis: Synthesis = request.scope["state"]["synthesis"]  # SpeechMetrics opened it
         try:
             body = json.loads(await request.body())
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise invalid(f"the body is not JSON: {err}", code="invalid_json") from None
         speech_request = await parse_speech(body, self.settings, self.voices)
+        synthesis.format = speech_request.response_format
         first, rest = await self.open_stream(speech_request)
         encoder = audio.encoder(speech_request.response_format, first.sample_rate)
 
         async def body_bytes() -> AsyncIterator[bytes]:
             # Leaving early (the caller hung up) closes ``rest``: the gRPC call is cancelled.
+            unsent = 0.0  # seconds of audio encoded but not yet out (an encoder may hold some)
             async with aclosing(rest):
-                data = encoder.encode(first.audio)
-                if data:
-                    yield data
-                try:
-                    async for chunk in rest:
-                        data = encoder.encode(chunk.audio)
-                        if data:
-                            yield data
-                except TTSError as err:
-                    # The status line is gone: the connection is cut without the last
-                    # chunk of the body, so the caller sees a failed read, never a short file.
-                    log.warning("speech cut short after its first chunk, the connection is closed: %s", err)
-                    raise
-            yield encoder.finish()
+                chunk: AudioChunk | None = first
+                while chunk is not None:
+                    unsent += len(chunk.audio) / chunk.sample_rate
+                    data = encoder.encode(chunk.audio)
+                    if data:
+                        synthesis.audio_sent(unsent)
+                        unsent = 0.0
+                        yield data
+                    try:
+                        chunk = await anext(rest, None)
+                    except TTSError as err:
+                        # The status line is gone: the connection is cut without the last
+                        # chunk of the body, so the caller sees a failed read, never a short file.
+                        log.warning(
+                            "speech cut short after its first chunk, the connection is closed: %s", err
+                        )
+                        raise
+            data = encoder.finish()
+            synthesis.audio_sent(unsent)
+            yield data
 
         headers = {
             "X-Sample-Rate": str(encoder.sample_rate),
@@ -538,11 +560,16 @@ class Gateway:
         return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
 
     async def socket(self, websocket: WebSocket) -> None:
-        await SpeechSocket(websocket, self.settings, self.open_stream, self.voices).run()
+        await SpeechSocket(websocket, self.settings, self.open_stream, self.voices, self.metrics).run()
+
+    async def metrics_page(self, request: Request) -> Response:
+        data, content_type = self.metrics.exposition(request.headers.get("accept"))
+        return Response(data, headers={"Content-Type": content_type})
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
+    exc.note(request.scope)
     return exc.response()
 
 
@@ -553,8 +580,11 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 def create_app(settings: GatewaySettings) -> Starlette:
-    gateway = Gateway(settings)
+    metrics = GatewayMetrics()
+    gateway = Gateway(settings, metrics)
     middleware = [
+        # outermost but CORS: it counts what the two below refuse too
+        Middleware(SpeechMetrics, metrics=metrics, code_of=lambda err: from_tts_error(err, settings).code),
         Middleware(BodyLimit, limit=settings.max_body_bytes),
         Middleware(ApiKeys, settings=settings),
     ]
@@ -577,6 +607,8 @@ def create_app(settings: GatewaySettings) -> Starlette:
         Route("/health/ready", gateway.ready),
         Route("/", gateway.page),
     ]
+    if settings.metrics:
+        routes.append(Route("/metrics", gateway.metrics_page))
     if STATIC.is_dir():
         routes.append(Mount("/static", StaticFiles(directory=STATIC), name="static"))
     handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
@@ -604,8 +636,10 @@ class SpeechSocket:
             [SpeechRequest], Awaitable[tuple[AudioChunk, AsyncGenerator[AudioChunk, None]]]
         ],
         voices: Voices,
+        metrics: GatewayMetrics,
     ) -> None:
         self.ws, self.settings, self.open_speech, self.voices = websocket, settings, open_speech, voices
+        self.metrics = metrics
         self.last_sent = time.monotonic()
         self.send_lock = asyncio.Lock()
         self.task: asyncio.Task[None] | None = None
@@ -642,6 +676,7 @@ class SpeechSocket:
             await self.ws.close(code=1008)
             return
         heartbeat = asyncio.create_task(self.heartbeat())
+        self.metrics.sockets.inc()
         try:
             while True:
                 message = await self.ws.receive()
@@ -651,6 +686,7 @@ class SpeechSocket:
         except WebSocketDisconnect:
             return
         finally:
+            self.metrics.sockets.dec()
             heartbeat.cancel()
             await self.cancel()
             with suppress(asyncio.CancelledError):
@@ -700,10 +736,13 @@ class SpeechSocket:
         return True
 
     async def speak(self, request_id: int, message: dict[str, Any]) -> None:
+        synthesis = self.metrics.synthesis("websocket")
+        outcome = CANCELLED  # unless it ends otherwise: a cancel message or a closed socket
         try:
             fmt = message.get("format", "s16le")
             if fmt not in WS_FORMATS:
                 raise invalid(f"unknown format {fmt!r}; use one of {', '.join(WS_FORMATS)}", "format")
+            synthesis.format = fmt
             request = await parse_speech(message, self.settings, self.voices, openai_body=False)
             started = time.monotonic()
             first, rest = await self.open_speech(request)
@@ -725,6 +764,7 @@ class SpeechSocket:
                         audio.to_pcm16(chunk.audio) if fmt == "s16le" else chunk.audio.astype("<f4").tobytes()
                     )
                     await self.send_bytes(data)
+                    synthesis.audio_sent(len(chunk.audio) / chunk.sample_rate)
                     chunks, samples = chunks + 1, samples + len(chunk.audio)
                     chunk = await anext(rest, None)
             await self.send_json(
@@ -737,17 +777,23 @@ class SpeechSocket:
                     "synthesis_seconds": time.monotonic() - started,
                 }
             )
+            outcome = OK
         except ApiError as err:
+            outcome = err.code or "error"
             await self.error(request_id, err)
         except TTSError as err:  # after the first chunk
-            await self.error(request_id, from_tts_error(err, self.settings))
+            api_error = from_tts_error(err, self.settings)
+            outcome = api_error.code or "error"
+            await self.error(request_id, api_error)
         except WebSocketDisconnect:
             pass
         except Exception as err:  # a bug: said on the socket, logged with its traceback
+            outcome = "internal_error"
             log.exception("speak %d failed", request_id)
             with suppress(Exception):
                 await self.error(request_id, ApiError(500, f"internal error: {err}", "internal_error"))
         finally:
+            synthesis.end(outcome)
             if self.ws.application_state != WebSocketState.CONNECTED:
                 log.debug("socket closed during request %d", request_id)
 

@@ -75,6 +75,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "Service: Triton pods added since get calls too); 0: never",
     )
     parser.add_argument(
+        "--no-metrics",
+        dest="metrics",
+        action="store_false",
+        help="do not serve GET /metrics (the gateway's Prometheus metrics; served without an API key)",
+    )
+    parser.add_argument(
         "--graceful-timeout-s",
         type=float,
         default=60.0,
@@ -102,6 +108,7 @@ def settings_from(args: argparse.Namespace) -> GatewaySettings:
         timeout_s=args.timeout_s,
         voice_aliases=aliases,
         reconnect_s=args.reconnect_s,
+        metrics=args.metrics,
     )
 
 

@@ -40,6 +40,21 @@ where a ClusterIP Service would pin each gateway's one connection to one pod. */
 {{- end -}}
 {{- end -}}
 
+{{/* The pods whose /metrics carry the gateway's series (triton_tts_gateway_*): Triton's
+own (sidecar), or the gateway Deployment's, named like Triton's (triton-tts.podRegex). */}}
+{{- define "triton-tts.gatewayPodRegex" -}}
+{{- if eq .Values.gateway.mode "sidecar" -}}
+{{ include "triton-tts.podRegex" . }}
+{{- else -}}
+{{- $name := include "triton-tts.gatewayFullname" . -}}
+{{- if le (len $name) 46 -}}
+{{ regexQuoteMeta $name }}-[a-z0-9]+-[a-z0-9]+
+{{- else -}}
+{{ regexQuoteMeta (trunc 58 $name) }}[a-z0-9-]*
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "triton-tts.gatewayTritonPods" -}}
 {{- printf "%s-grpc-pods" (include "triton-tts.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
