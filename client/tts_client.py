@@ -24,6 +24,7 @@ import json
 import logging
 import queue
 import random
+import re
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
 from contextlib import aclosing, closing, contextmanager
@@ -66,7 +67,24 @@ class ServerUnavailable(TTSError):
 
 class ServerBusy(ServerUnavailable):
     """The server is at capacity and refused the request at once, before any work (HTTP
-    503 / gRPC UNAVAILABLE): retryable. The clients retry it per their RetryPolicy."""
+    503 / gRPC UNAVAILABLE): retryable. The clients retry it per their RetryPolicy, not
+    before ``retry_after_s``, the server's own estimate of when it could take it (None:
+    it gave none)."""
+
+    def __init__(self, message: str, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+# A refusal for work says when to come back: "...; retry after 2.5 s"
+# (triton_tts/admission.py's busy_message, held to this by tests/test_admission.py).
+RETRY_AFTER = re.compile(r"retry after (\d+(?:\.\d+)?) s")
+
+
+def retry_hint(message: str) -> float | None:
+    """The seconds a refusal's message asks the client to wait, or None."""
+    found = RETRY_AFTER.search(message)
+    return float(found.group(1)) if found else None
 
 
 # What Triton and tts_stream say when they refuse for load: a full queue, a queue wait
@@ -101,12 +119,16 @@ class RetryPolicy:
         """The wait before retry ``retry``: uniform in [0, backoff] (``draw`` in [0, 1) fixes it)."""
         return (random.random() if draw is None else draw) * self.backoff(retry)
 
-    def next_delay(self, retry: int, deadline: float) -> float | None:
+    def next_delay(self, retry: int, deadline: float, hint_s: float | None = None) -> float | None:
         """How long to wait before retry ``retry``, or None to give up (no attempts left,
-        or the wait would pass ``deadline``, a time.monotonic() value)."""
+        or the wait would pass ``deadline``, a time.monotonic() value). A server's hint
+        (``hint_s``) is waited out first, spread by up to a quarter, so that clients it
+        refused together do not come back together."""
         if retry + 1 >= self.attempts:
             return None
         wait = self.delay(retry)
+        if hint_s is not None:
+            wait = max(wait, hint_s * (1.0 + 0.25 * random.random()))
         return wait if time.monotonic() + wait < deadline else None
 
 
@@ -122,6 +144,13 @@ class SynthesisOptions:
     noise_scale: float | None = None
     noise_w: float | None = None
     voice: str | None = None
+    # Who asks (a request parameter, not an input): the server's admission holds each
+    # named caller to its share (the gateway names one per API key).
+    caller: str | None = None
+
+    @property
+    def parameters(self) -> dict[str, str] | None:
+        return {"caller": self.caller} if self.caller else None
 
 
 @dataclass(frozen=True)
@@ -161,7 +190,7 @@ def classify(err: InferenceServerException, url: str) -> TTSError:
     message = err.message() or str(err)
     lowered = message.lower()
     if _is_busy(message):
-        return ServerBusy(f"{url} is busy, retry later: {message}")
+        return ServerBusy(f"{url} is busy, retry later: {message}", retry_hint(message))
     if "unknown model" in lowered or "is not ready" in lowered or "is not found" in lowered:
         return ServerUnavailable(f"{url} does not serve a ready model: {message}")
     if status in ("400", "StatusCode.INVALID_ARGUMENT"):
@@ -180,7 +209,7 @@ def _is_busy(message: str) -> bool:
 
 
 def _gave_up(err: ServerBusy, attempts: int) -> ServerBusy:
-    return ServerBusy(f"{err} (refused {attempts} times)") if attempts > 1 else err
+    return ServerBusy(f"{err} (refused {attempts} times)", err.retry_after_s) if attempts > 1 else err
 
 
 @contextmanager
@@ -312,7 +341,7 @@ class _Settings:
 
     def _retry_wait(self, err: ServerBusy, retry: int, started: float) -> float:
         """The wait before retry ``retry`` of a refused request; raises when out of retries."""
-        wait = self.retry.next_delay(retry, started + self.timeout_s)
+        wait = self.retry.next_delay(retry, started + self.timeout_s, err.retry_after_s)
         if wait is None:
             raise _gave_up(err, retry + 1) from None
         log.debug("%s busy, retry %d in %.2f s", self.url, retry + 1, wait)
@@ -367,10 +396,11 @@ class TTSClient(_Settings):
         noise_scale: float | None = None,
         noise_w: float | None = None,
         voice: str | None = None,
+        caller: str | None = None,
     ) -> SynthesisResult:
         """One text (any length) -> the whole audio; unset options take the server's defaults.
         A busy server's refusal is retried per ``retry``."""
-        options = SynthesisOptions(speed, speaker_id, noise_scale, noise_w, voice)
+        options = SynthesisOptions(speed, speaker_id, noise_scale, noise_w, voice, caller)
         started, retry = time.monotonic(), 0
         while True:
             try:
@@ -385,10 +415,16 @@ class TTSClient(_Settings):
         try:
             with _server_errors(self.url):
                 if self.protocol == "http":
-                    result = self._client.infer(self.model, inputs, outputs=outputs)
+                    result = self._client.infer(
+                        self.model, inputs, outputs=outputs, parameters=options.parameters
+                    )
                 else:
                     result = self._client.infer(
-                        self.model, inputs, outputs=outputs, client_timeout=self.timeout_s
+                        self.model,
+                        inputs,
+                        outputs=outputs,
+                        client_timeout=self.timeout_s,
+                        parameters=options.parameters,
                     )
         except TimeoutError as err:  # not a ConnectionError: passes through the block above
             raise TimedOut(f"no answer from {self.url} within {self.timeout_s:g} s") from err
@@ -402,12 +438,13 @@ class TTSClient(_Settings):
         noise_scale: float | None = None,
         noise_w: float | None = None,
         voice: str | None = None,
+        caller: str | None = None,
     ) -> Generator[AudioChunk, None, None]:
         """Audio chunks in order as the server makes them (gRPC). Leaving the loop early
         (or closing the generator) cancels the request on the server. A busy server's
         refusal is retried per ``retry``, only before the first chunk."""
         _needs_grpc(self.protocol)
-        options = SynthesisOptions(speed, speaker_id, noise_scale, noise_w, voice)
+        options = SynthesisOptions(speed, speaker_id, noise_scale, noise_w, voice, caller)
         started = time.monotonic()
         for retry in itertools.count():
             chunks = self._stream_once(text, options)
@@ -433,6 +470,7 @@ class TTSClient(_Settings):
                 build_inputs(grpcclient, text, options),
                 outputs=[grpcclient.InferRequestedOutput(n) for n in STREAM_OUTPUTS],
                 enable_empty_final_response=True,
+                parameters=options.parameters,
             )
             while True:
                 wait = self.timeout_s if refusal is None else min(self.timeout_s, STREAM_END_WAIT_S)
@@ -542,10 +580,16 @@ class AsyncTTSClient(_Settings):
             if self.protocol == "http":
                 # The session's timeout bounds the call (conn_timeout); infer's own
                 # ``timeout`` would be Triton's request timeout, in microseconds.
-                result = await self._client.infer(self.model, inputs, outputs=outputs)
+                result = await self._client.infer(
+                    self.model, inputs, outputs=outputs, parameters=options.parameters
+                )
             else:
                 result = await self._client.infer(
-                    self.model, inputs, outputs=outputs, client_timeout=self.timeout_s
+                    self.model,
+                    inputs,
+                    outputs=outputs,
+                    client_timeout=self.timeout_s,
+                    parameters=options.parameters,
                 )
         return _result(result)
 
@@ -578,6 +622,7 @@ class AsyncTTSClient(_Settings):
                 "model_name": self.stream_model,
                 "inputs": inputs,
                 "outputs": [grpcaio.InferRequestedOutput(n) for n in STREAM_OUTPUTS],
+                **({"parameters": options.parameters} if options.parameters else {}),
             }
 
         # The request stream ends after this one request (a half-close), so the server ends

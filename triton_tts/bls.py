@@ -31,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 import triton_python_backend_utils as pb_utils
 
+from triton_tts.admission import Refused
 from triton_tts.chunking import ChunkPlan, halves, join_edges, split_text
 from triton_tts.config_parameters import string_parameters
 from triton_tts.errors import RequestErrors
@@ -105,6 +106,9 @@ class LongTextRequest:
     voice: str  # the chosen voice's name
     characters: int  # of the decoded TEXT, before normalisation (for metrics)
     says_something: Callable[[str], bool] = pronounceable  # the voice's ServedVoice.pronounceable
+    caller: str = ""  # the request's "caller" parameter (the gateway names API keys' callers)
+    audio_s: float = 0.0  # predicted audio of all chunks (admission)
+    first_audio_s: float = 0.0  # of the first chunk
 
 
 CHINESE_CHARS_SCALE = 0.25  # 400 -> 100 characters, about 20 s of Mandarin
@@ -201,9 +205,36 @@ def read_request(request: Any, settings: LongTextSettings, request_id: str) -> L
         t for name in CHUNK_OPTIONS if (t := pb_utils.get_input_tensor_by_name(request, name)) is not None
     ]
     extras.append(pb_utils.Tensor("NORMALIZE", np.array([[False]], dtype=np.bool_)))
+
+    def audio_s(texts: list[str]) -> float:
+        return voice.limits.audio_seconds(sum(len(t) for t in texts), options.speed, options.noise_w)
+
     return LongTextRequest(
-        request_id, chunks, extras, voice.model, voice.name, len(text), voice.pronounceable
+        request_id,
+        chunks,
+        extras,
+        voice.model,
+        voice.name,
+        len(text),
+        voice.pronounceable,
+        caller=read_caller(request),
+        audio_s=audio_s(chunks),
+        first_audio_s=audio_s(chunks[:1]),
     )
+
+
+CALLER_PARAMETER = "caller"  # request parameter naming who sends it (admission's shares)
+MAX_CALLER_CHARS = 64
+
+
+def read_caller(request: Any) -> str:
+    """The request's ``caller`` parameter ("" when none): a string, cut to 64 characters."""
+    try:
+        params = json.loads(request.parameters() or "{}")
+    except (AttributeError, ValueError):
+        return ""
+    caller = params.get(CALLER_PARAMETER) if isinstance(params, dict) else None
+    return caller[:MAX_CALLER_CHARS] if isinstance(caller, str) else ""
 
 
 Audio = tuple[npt.NDArray[np.float32], int]  # samples, sample rate
@@ -241,18 +272,24 @@ class PrioritySender:
         self.model_name = model_name
         self._off_until = 0.0
 
-    def __call__(self, model: str, text: str, extras: list[Any], chunk_id: str) -> Audio:
+    def at(self, priority: int) -> ChunkSender:
+        """This sender with ``priority`` (a level of model_configs' priorities)."""
+        return lambda model, text, extras, chunk_id: self(model, text, extras, chunk_id, priority)
+
+    def __call__(
+        self, model: str, text: str, extras: list[Any], chunk_id: str, priority: int | None = None
+    ) -> Audio:
         if time.monotonic() >= self._off_until:
             options = [(t.name(), t.as_numpy()) for t in extras]
             try:
-                return self.loopback.synthesize(model, text, options, chunk_id)
+                return self.loopback.synthesize(model, text, options, chunk_id, priority)
             except LoopbackFailed as err:  # the server's answer: as by BLS
                 code = getattr(pb_utils.TritonError, err.error.code_name, pb_utils.TritonError.INTERNAL)
                 raise ChunkFailed(err.error.message(), code) from err
             except Unreachable as err:
                 self._off_until = time.monotonic() + self.RETRY_AFTER_S
                 pb_utils.Logger.log_warn(
-                    f"{self.model_name}: first chunks go without priority for {self.RETRY_AFTER_S:.0f} s, "
+                    f"{self.model_name}: chunks go without priority for {self.RETRY_AFTER_S:.0f} s, "
                     f"this server's gRPC endpoint did not answer: {err}"
                 )
         return send_by_bls(model, text, extras, chunk_id)
@@ -290,20 +327,44 @@ def _joined(parts: list[tuple[npt.NDArray[np.float32], int]]) -> tuple[npt.NDArr
     return np.concatenate([np.zeros(0, dtype=np.float32), *joined]).astype(np.float32, copy=False), rate
 
 
+# A stream's later chunk is urgent (it overtakes other streams' chunks) when its
+# listener has less audio than this left: about the synthesis of a long chunk on a busy
+# CPU machine, so that it is done before the audio runs out.
+URGENT_LEAD_S = 3.0
+
+
+@dataclass(frozen=True)
+class Senders:
+    """How a stream's chunks reach the stages, by deadline: ``urgent`` for its first chunk
+    and for chunks its listener is about to need, ``paced`` for the others (both BLS when
+    the server's own gRPC endpoint is not known: no priority)."""
+
+    urgent: ChunkSender = send_by_bls
+    paced: ChunkSender = send_by_bls
+
+    def for_chunk(self, index: int, pacer: Pacer | None) -> ChunkSender:
+        if index == 0 or (pacer is not None and pacer.lead() < URGENT_LEAD_S):
+            return self.urgent
+        return self.paced
+
+
+TEXTS = Senders()  # tts: every chunk by BLS, at the stages' default priority
+
+
 def in_order(
     pool: ThreadPoolExecutor,
     request: LongTextRequest,
     window: int,
     cancellation: Cancellation | None = None,
     pacer: Pacer | None = None,
-    send_first: ChunkSender = send_by_bls,
+    senders: Senders = TEXTS,
 ) -> Iterator[tuple[int, npt.NDArray[np.float32], int]]:
     """Yield (index, joined audio, rate) in reading order, ``window`` chunks in flight.
 
     Later chunks are synthesised while earlier ones are delivered; the caller has sent a
     chunk when it asks for the next. With a ``pacer`` (streams), a later chunk starts
-    only when the audio sent leads playback by less than its lead. The first chunk goes
-    by ``send_first`` (streams: with a priority), the others by BLS. ``cancellation`` is
+    only when the audio sent leads playback by less than its lead. Each chunk goes by
+    ``senders.for_chunk`` (streams: a priority by its deadline). ``cancellation`` is
     asked before each chunk is waited for: once it says stop, nothing new starts, the
     chunks in flight are left to finish unread, and :class:`RequestCancelled` is raised.
     """
@@ -330,7 +391,7 @@ def in_order(
                 request.passed_through,
                 chunk_id,
                 request.says_something,
-                send_first if submitted == 0 else send_by_bls,
+                senders.for_chunk(submitted, pacer),
             )
             submitted += 1
         audio, rate = pending.pop(index).result()
@@ -349,11 +410,15 @@ def error_response(errors: RequestErrors, request_id: str, err: Exception) -> An
         return errors.response(request_id, err.message, err.code)
     if isinstance(err, InvalidRequest):
         return errors.invalid(request_id, str(err))
+    if isinstance(err, Refused):
+        return errors.response(request_id, str(err), pb_utils.TritonError.UNAVAILABLE)
     return errors.response(request_id, f"synthesis failed: {err}")
 
 
 def outcome(err: Exception) -> str:
     """The metrics' outcome (triton_tts.metrics.OUTCOMES) of a request that ended in ``err``."""
+    if isinstance(err, Refused):
+        return "busy"
     if isinstance(err, RequestCancelled):
         return "cancelled"
     if isinstance(err, InvalidRequest):

@@ -24,7 +24,7 @@ import itertools
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from triton_tts.batching import FRAME_MULTIPLE  # acoustic graphs pad LATENT's frames to it
@@ -58,6 +58,9 @@ CALIBRATION_TEXTS_CHINESE = (
     "2024年3月15日下午3:45，总价是¥1234.56，占预算的78%。",
     "是。不。也许。停。走。等等。现在。这里。那里。",
 )
+# Seconds of audio per character of normalised text at speed 1, for a voice measured
+# without it (a step-wise decoder): English prose runs about 15 characters a second.
+DEFAULT_SECONDS_PER_CHAR = 0.067
 TOO_LONG = "TEXT is too long for one chunk"
 CACHE_FILE = "chunk_limits.json"  # in the voice folder, next to the graph it was measured on
 
@@ -70,6 +73,19 @@ class ChunkLimits:
     max_frames: int
     # (NOISE_W, frames per phoneme id at speed 1), ascending NOISE_W, margin included
     frames_per_id: tuple[tuple[float, float], ...]
+    # audio seconds per character of the normalised calibration texts at speed 1 and
+    # NOISE_W 0, all texts together (0: not measured): what admission predicts work from
+    seconds_per_char: float = 0.0
+
+    def audio_seconds(self, characters: int, speed: float | None, noise_w: float | None) -> float:
+        """The audio a normalised text of ``characters`` is predicted to take: the voice's
+        speaking rate, over SPEED, stretched as the calibrated frames per id are by a
+        NOISE_W above the voice's own (None)."""
+        rate = self.seconds_per_char or DEFAULT_SECONDS_PER_CHAR
+        noisier = 1.0
+        if noise_w is not None and noise_w > 1.0:
+            noisier = self.frames_per_id_at(noise_w) / self.frames_per_id_at(1.0)
+        return characters * rate * noisier / (speed or 1.0)
 
     def frames_per_id_at(self, noise_w: float) -> float:
         points = self.frames_per_id
@@ -106,6 +122,7 @@ class ChunkLimits:
                 "max_ids": self.max_ids,
                 "max_frames": self.max_frames,
                 "frames_per_id": [list(p) for p in self.frames_per_id],
+                "seconds_per_char": self.seconds_per_char,
             },
             sort_keys=True,
         )
@@ -117,6 +134,7 @@ class ChunkLimits:
             int(data["max_ids"]),
             int(data["max_frames"]),
             tuple((float(w), float(f)) for w, f in data["frames_per_id"]),
+            float(data.get("seconds_per_char", 0.0)),
         )
 
 
@@ -161,7 +179,7 @@ def calibrate(voice_dir: Path) -> ChunkLimits:
     if voice.acoustic_kind != "single":
         return decoder_bound(voice, voice_dir, budget)
     graph = (voice_dir / ACOUSTIC_FILE).stat()
-    key = f"{graph.st_size}:{graph.st_mtime_ns}:{MARGIN}:{budget}:{max_ids}:{len(CALIBRATION_TEXTS)}"
+    key = f"{graph.st_size}:{graph.st_mtime_ns}:{MARGIN}:{budget}:{max_ids}:{len(CALIBRATION_TEXTS)}:rate"
     cache = voice_dir / CACHE_FILE
     try:
         cached = json.loads(cache.read_text(encoding="utf-8"))
@@ -169,14 +187,16 @@ def calibrate(voice_dir: Path) -> ChunkLimits:
             return ChunkLimits.from_json(json.dumps(cached["limits"]))
     except (OSError, ValueError, KeyError):
         pass
-    limits = from_measurements(budget, measure(voice, voice_dir), max_ids=max_ids)
+    measured, seconds_per_char = measure(voice, voice_dir)
+    limits = replace(from_measurements(budget, measured, max_ids=max_ids), seconds_per_char=seconds_per_char)
     with contextlib.suppress(OSError):  # a read-only voice folder: measure again next time
         cache.write_text(json.dumps({"key": key, "limits": json.loads(limits.to_json())}), encoding="utf-8")
     return limits
 
 
-def measure(voice: object, voice_dir: Path) -> list[tuple[float, int, int]]:
-    """(NOISE_W, ids, frames) of the calibration texts through the voice's acoustic graph."""
+def measure(voice: object, voice_dir: Path) -> tuple[list[tuple[float, int, int]], float]:
+    """(NOISE_W, ids, frames) of the calibration texts through the voice's acoustic graph,
+    and the voice's audio seconds per normalised character (NOISE_W 0, speed 1)."""
     import numpy as np
 
     from triton_tts.stages import AcousticRunner, RunFailed
@@ -187,7 +207,8 @@ def measure(voice: object, voice_dir: Path) -> list[tuple[float, int, int]]:
     assert isinstance(voice, Voice)
     reader = TextReader(voice)
     written = CALIBRATION_TEXTS_CHINESE if is_chinese(voice.phonemizer_language) else CALIBRATION_TEXTS
-    readings = reader.read([reader.normalise(t) for t in written])
+    spoken = [reader.normalise(t) for t in written]
+    readings = reader.read(spoken)
     ids = [np.array(r.ids, dtype=np.int64) for r in readings]
     runner = AcousticRunner(voice_dir / ACOUSTIC_FILE, 1, 1, 1 << 20)
     measured: list[tuple[float, int, int]] = []
@@ -198,7 +219,9 @@ def measure(voice: object, voice_dir: Path) -> list[tuple[float, int, int]]:
                 if isinstance(result, RunFailed):
                     raise RuntimeError(f"calibrating {voice_dir}: {result.message}")
                 measured.append((noise_w, len(row), result[1]))
-    return measured
+    frames_at_zero = sum(frames for w, _, frames in measured if w == 0.0)
+    seconds = frames_at_zero * voice.hop_length / voice.sample_rate
+    return measured, round(seconds / sum(len(t) for t in spoken), 5)
 
 
 def decoder_bound(voice: object, voice_dir: Path, budget: int) -> ChunkLimits:

@@ -1,10 +1,11 @@
 """A chunk sent back to this server over gRPC, with a Triton priority.
 
-Why: a stream's first chunk should overtake the chunks other streams have queued in the
-stages, and Triton's dynamic batchers order their queues by request priority. A Python
+Why: a stream's chunks should be ordered by their deadlines in the stages (a first chunk
+and a chunk its listener is about to need overtake the rest), and Triton's dynamic
+batchers order their queues by request priority. A Python
 model's own requests (BLS, ``pb_utils.InferenceRequest``) cannot carry a priority in
 Triton 2.51, but a gRPC request can, and an ensemble passes its request's priority on to
-every step. So ``tts_stream`` sends its first chunks to the voice's ``tts_chunk``
+every step. So ``tts_stream`` sends its chunks to the voice's ``tts_chunk``
 ensemble through its own server's gRPC endpoint, whose address ``triton-tts serve``
 gives every model in :data:`GRPC_URL_ENV` (a port of this server only: a guessed
 address could be another server's).
@@ -92,11 +93,17 @@ class Loopback:
         return client
 
     def synthesize(
-        self, model: str, text: str, options: Sequence[tuple[str, npt.NDArray[np.generic]]], chunk_id: str
+        self,
+        model: str,
+        text: str,
+        options: Sequence[tuple[str, npt.NDArray[np.generic]]],
+        chunk_id: str,
+        priority: int | None = None,
     ) -> tuple[npt.NDArray[np.float32], int]:
         """One chunk -> (audio, sample rate). ``options``: (input name, [1, 1] array) pairs
-        sent with TEXT. Raises :class:`LoopbackFailed` with Triton's error, or
-        :class:`Unreachable` when no server answered."""
+        sent with TEXT; ``priority``: this chunk's, else the loopback's. Raises
+        :class:`LoopbackFailed` with Triton's error, or :class:`Unreachable` when no
+        server answered."""
         import tritonclient.grpc as grpcclient
         from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
@@ -108,7 +115,7 @@ class Loopback:
         outputs = [grpcclient.InferRequestedOutput("AUDIO"), grpcclient.InferRequestedOutput("SAMPLE_RATE")]
         try:
             result = self._client().infer(
-                model, inputs, outputs=outputs, request_id=chunk_id, priority=self.priority
+                model, inputs, outputs=outputs, request_id=chunk_id, priority=priority or self.priority
             )
         except InferenceServerException as err:
             status, text_of = str(err.status()), str(err.message())

@@ -106,6 +106,36 @@ IN_FLIGHT = Family(
     "Requests tts and tts_stream have started and not finished (triton-tts serve waits for 0 "
     "before it stops Triton, whose stop would refuse their later chunks)",
 )
+# Admission (triton_tts/admission.py). The ledger is the server's, so every instance
+# reports the same capacity and load: take max over model_instance, not sum.
+CAPACITY = Family(
+    "triton_tts_capacity_audio_seconds_per_second",
+    "GAUGE",
+    "Seconds of audio per second the server makes of a voice when busy (measured at start, "
+    "corrected from live throughput; the same in every instance: take max)",
+)
+STAGE_CAPACITY = Family(
+    "triton_tts_stage_capacity_audio_seconds_per_second",
+    "GAUGE",
+    "Seconds of audio per busy second of one instance of a voice's stage, measured at start",
+)
+ADMITTED_WORK = Family(
+    "triton_tts_admitted_work_seconds",
+    "GAUGE",
+    "Machine-seconds of admitted texts and first chunks not made yet, what a new text waits "
+    "for (the same in every instance: take max)",
+)
+STREAM_DEMAND = Family(
+    "triton_tts_stream_demand_ratio",
+    "GAUGE",
+    "Admitted listeners' real-time demand over capacity (the same in every instance: take max)",
+)
+DEMANDED = Family(
+    "triton_tts_demanded_audio_seconds_total",
+    "COUNTER",
+    "Predicted seconds of audio asked of tts and tts_stream, per voice, admitted or refused "
+    "(outcome); its rate over capacity is the demand autoscaling reads",
+)
 FAMILIES = (
     REQUESTS,
     IN_FLIGHT,
@@ -116,6 +146,11 @@ FAMILIES = (
     REAL_TIME_FACTOR,
     FIRST_CHUNK_SECONDS,
     STREAM_GAPS,
+    CAPACITY,
+    STAGE_CAPACITY,
+    ADMITTED_WORK,
+    STREAM_DEMAND,
+    DEMANDED,
 )
 STREAM_ONLY = (FIRST_CHUNK_SECONDS, STREAM_GAPS)
 
@@ -162,6 +197,16 @@ class TTSMetrics:
         self._chunks = metric(CHUNKS)
         self._in_flight = metric(IN_FLIGHT)
         self._gaps = metric(STREAM_GAPS) if streaming else None
+        self._metric = metric
+        self._capacity: dict[str, Any] = {}
+        self._stage_capacity: dict[tuple[str, str], Any] = {}
+        self._admitted_work = metric(ADMITTED_WORK)
+        self._stream_demand = metric(STREAM_DEMAND)
+        self._demanded = {
+            (voice, outcome): metric(DEMANDED, voice=voice, outcome=outcome)
+            for voice in voices
+            for outcome in ("admitted", "refused")
+        }
         self._voices = {
             voice: _VoiceMetrics(
                 characters=metric(CHARACTERS, voice=voice),
@@ -208,6 +253,29 @@ class TTSMetrics:
         if metric is not None:
             with self._lock:
                 metric.observe(seconds)
+
+    def record_demand(self, voice: str, audio_s: float, admitted: bool) -> None:
+        """A request's predicted audio, admitted or refused."""
+        with self._lock:
+            self._demanded[(voice, "admitted" if admitted else "refused")].increment(audio_s)
+
+    def record_load(self, ledger: Any) -> None:
+        """The admission ledger's capacity and load (a triton_tts.admission.Ledger)."""
+        load = ledger.load()
+        capacities = ledger.capacities()
+        with self._lock:
+            self._admitted_work.set(load.text_work_s + load.first_work_s)
+            self._stream_demand.set(load.stream_demand)
+            for voice, (capacity, _, stages) in capacities.items():
+                if voice not in self._capacity:
+                    self._capacity[voice] = self._metric(CAPACITY, voice=voice)
+                self._capacity[voice].set(capacity)
+                for stage, value in stages.items():
+                    if (voice, stage) not in self._stage_capacity:
+                        self._stage_capacity[(voice, stage)] = self._metric(
+                            STAGE_CAPACITY, voice=voice, stage=stage
+                        )
+                    self._stage_capacity[(voice, stage)].set(value)
 
     def record_gaps(self, count: int) -> None:
         """A stream's gaps (triton_tts.pacing.Pacer.gaps)."""

@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from triton_tts.admission import DEFAULT_PRIORITY, URGENT_PRIORITY
 from triton_tts.batching import FRAME_MULTIPLE
 from triton_tts.chunking import FIRST_CHUNK_CHARS
 from triton_tts.limits import MAX_CHUNK_IDS, ChunkLimits
@@ -50,7 +51,9 @@ _T = TypeVar("_T")
 VOICE_SEPARATOR = "__"
 # The default voice's (joe's) chunk budget as triton_tts/limits.py measures it; a build
 # measures every voice it serves.
-DEFAULT_CHUNK_LIMITS = ChunkLimits(MAX_CHUNK_IDS, 4160, ((0.0, 3.716), (1.0, 3.951), (2.0, 15.506))).to_json()
+DEFAULT_CHUNK_LIMITS = ChunkLimits(
+    MAX_CHUNK_IDS, 4160, ((0.0, 3.716), (1.0, 3.951), (2.0, 15.506)), seconds_per_char=0.0729
+).to_json()
 
 
 @dataclass(frozen=True)
@@ -183,36 +186,42 @@ class BuildOptions:
     first_chunk_priority: int = option(
         1, "tts_stream: first chunks overtake queued work (Triton priority); 0: off", minimum=0, maximum=1
     )
-    # A non-decoupled Python model answers a whole batch when its execute returns, so one
-    # tts instance holds new requests back until its slowest request is done: several
-    # light instances (they load no model) let requests start as they arrive.
-    long_text_instances: int = option(4, "tts: texts in progress", minimum=1)
+    # tts answers each text through its response sender (its execute returns at once), so
+    # an instance takes any number of texts; more than one keeps tts up while the watchdog
+    # replaces an instance that died.
+    long_text_instances: int = option(2, "tts instances (each takes any number of texts)", minimum=1)
     bls_threads: int = option(16, "tts/tts_stream: threads per instance for texts and chunks", minimum=1)
-    # Admission: overload is refused at once (HTTP 503 / gRPC UNAVAILABLE, "busy"), so what
-    # is accepted keeps a bounded latency. Each tts instance takes one request per
-    # execution; at most long_text_queue_size more wait for a free instance, the rest are
-    # refused by Triton's queue policy ("Exceeds maximum queue size"). Measured on 2 cores
-    # (benchmarks/overload.py; docs/performance.md, "Overload"): 4 + 8 texts admitted
-    # refuse none at the load where goodput peaks, and far past it keep nearly all of the
-    # peak with a bounded accepted p99; a longer queue only adds latency, no bound makes
-    # every text wait, and a shorter queue refuses texts already at the peak (a user's next
-    # text arrives before the instance is free). A burst of more than 12 texts at once gets
-    # the rest refused: clients retry.
-    long_text_queue_size: int = option(8, "tts: texts waiting; 0: no bound", minimum=0)
-    # A text still queued after this long is refused ("Request timeout expired"): far above
-    # the slowest accepted text measured (docs/performance.md, "Overload"). A client's own
-    # shorter ``timeout`` (tritonclient's, in microseconds) then applies in the queue too:
-    # Triton takes the smaller, and only when the model has a default (0: none, and
-    # clients' timeouts are ignored in the queue).
-    long_text_queue_timeout_us: int = option(
-        30_000_000, "tts: refuse a text queued this long; 0: never", minimum=0
+    # Admission counts work, not requests (triton_tts/admission.py; docs/deployment.md,
+    # "Admission"): a text is refused (at once, UNAVAILABLE, with a retry hint) only when
+    # the work admitted ahead of it would make it wait longer than text_budget_ms, a
+    # listener only when the listeners' real-time demand would pass 1 - headroom of the
+    # measured capacity, or the first chunks ahead of its own would take longer than
+    # first_chunk_budget_ms. Measured on 2 cores (docs/performance.md, "Capacity"): 8 s
+    # admits a one-sentence flood from 32 clients (about 3.5 s of work) and keeps goodput
+    # at the peak under paragraphs from 64; a 1 s first chunk is what a caller on the
+    # phone still hears as an answer.
+    admission: str = option(
+        "work",
+        "what admission counts: work (the budgets) or requests (max_texts, max_streams)",
+        pattern=r"^(work|requests)$",
     )
-    # tts_stream works in threads (its execute returns at once), so Triton's queue never
-    # fills: the model itself refuses a stream beyond this many in progress. Unpaced,
-    # stream goodput peaked at fewer than 8 (as above). A paced stream holds its place for
-    # its playback while it needs a small share of the machine (a listener takes audio at
-    # real time; 2 cores make over 20x real time), so 16 are admitted; each has a thread.
-    max_streams: int = option(16, "tts_stream: streams in progress; 0: no bound", minimum=0)
+    text_budget_ms: int = option(8000, "tts: refuse a text that would wait longer than this", minimum=1)
+    first_chunk_budget_ms: int = option(
+        1000, "tts_stream: refuse a stream whose first chunk would wait longer", minimum=1
+    )
+    stream_headroom_pct: int = option(
+        15, "tts_stream: capacity kept free of listeners' real-time demand, percent", minimum=0, maximum=90
+    )
+    caller_share_pct: int = option(
+        50,
+        "a named caller's share of the text budget and of the listeners' room, percent",
+        minimum=1,
+        maximum=100,
+    )
+    # Safety bounds by count (each admitted text and stream has a thread); with
+    # admission=requests, the only bounds.
+    max_texts: int = option(256, "tts: texts in progress at most; 0: no bound", minimum=0)
+    max_streams: int = option(256, "tts_stream: streams in progress at most; 0: no bound", minimum=0)
     # tts_chunk (an ensemble) cannot carry a queue policy (one scheduling choice per
     # model): its stages bound their queues to what tts and tts_stream can have in flight
     # plus this many direct tts_chunk requests (see stage_queue_size): 16 sentences are a
@@ -228,9 +237,9 @@ class BuildOptions:
         """Requests a stage's queue holds before refusing more (0: no bound): every chunk
         that admitted tts and tts_stream requests can have in flight, so these are never
         refused for want of room, plus chunk_queue_size direct tts_chunk requests."""
-        if not self.chunk_queue_size:
+        if not (self.chunk_queue_size and self.max_texts and self.max_streams):
             return 0
-        long_text = self.long_text_instances * self.chunks_in_flight
+        long_text = self.max_texts * self.chunks_in_flight
         return long_text + self.max_streams * self.stream_chunks_in_flight + self.chunk_queue_size
 
 
@@ -278,16 +287,11 @@ def _params(config: mc.ModelConfig, **values: str) -> None:
         config.parameters[key].string_value = value
 
 
-# Priority levels of the stages' dynamic batchers: streams' first chunks are sent with
-# FIRST_CHUNK_PRIORITY (the highest; Triton's level 1 goes first), every other request
-# gets the default, DEFAULT_PRIORITY. An ensemble passes its request's priority on to
-# each step, so a tts_chunk request's priority holds in all four stages.
-FIRST_CHUNK_PRIORITY = 1
-DEFAULT_PRIORITY = 2
+# Priority levels of the stages' dynamic batchers: triton_tts/admission.py says why.
 
 
 def _priorities(config: mc.ModelConfig) -> None:
-    """Two levels; Triton bounds each level's queue by the queue policy on its own."""
+    """Three levels; Triton bounds each level's queue by the queue policy on its own."""
     config.dynamic_batching.priority_levels = DEFAULT_PRIORITY
     config.dynamic_batching.default_priority_level = DEFAULT_PRIORITY
 
@@ -538,12 +542,9 @@ def _long_text(name: str, opts: BuildOptions, streaming: bool) -> mc.ModelConfig
         _tensor(config.output, "IS_LAST", mc.TYPE_BOOL, [1])
         config.model_transaction_policy.decoupled = True
     config.dynamic_batching.max_queue_delay_microseconds = 0
-    if not streaming:
-        # One request per execution (a preferred size of 1 with no queue delay): an instance
-        # is busy with exactly one text, so the queue policy bounds what is accepted.
-        config.dynamic_batching.preferred_batch_size.append(1)
-        _queue_policy(config, opts.long_text_queue_size, opts.long_text_queue_timeout_us)
-    # tts_stream is decoupled: its execute returns at once, one instance serves every stream.
+    # Both answer through response senders, so their executes return at once and Triton's
+    # queue never fills: admission is theirs (triton_tts/admission.py). tts_stream is
+    # decoupled; one instance serves every stream.
     _instances(config, 1 if streaming else opts.long_text_instances, gpu=False)
     _params(
         config,
@@ -555,15 +556,21 @@ def _long_text(name: str, opts: BuildOptions, streaming: bool) -> mc.ModelConfig
         chunk_growth=str(opts.chunk_growth if streaming else 0),
         chunks_in_flight=str(opts.stream_chunks_in_flight if streaming else opts.chunks_in_flight),
         bls_threads=str(opts.bls_threads),
+        admission=opts.admission,
+        text_budget_ms=str(opts.text_budget_ms),
+        first_chunk_budget_ms=str(opts.first_chunk_budget_ms),
+        stream_headroom_pct=str(opts.stream_headroom_pct),
+        caller_share_pct=str(opts.caller_share_pct),
+        max_texts=str(opts.max_texts),
+        max_streams=str(opts.max_streams),
+        lead_ms=str(opts.stream_lead_ms if streaming else 0),
         # Every voice served, the default first.
         voices=json.dumps([v.summary() for v in opts.voices], ensure_ascii=False),
     )
     if streaming:
         _params(
             config,
-            max_streams=str(opts.max_streams),
-            lead_ms=str(opts.stream_lead_ms),
-            first_chunk_priority=str(FIRST_CHUNK_PRIORITY if opts.first_chunk_priority else 0),
+            first_chunk_priority=str(URGENT_PRIORITY if opts.first_chunk_priority else 0),
         )
     return config
 

@@ -143,8 +143,16 @@ class TritonServer:
     # The gRPC endpoint models send their priority requests to (triton_tts/loopback.py):
     # None, this server's own; "" names none (first chunks then go without priority).
     loopback_url: str | None = None
-    # Per start: holds the file whose existence tells streams to stop pacing (pacing.py).
+    # Per start: holds the file whose existence tells streams to stop pacing (pacing.py)
+    # and the admission ledger (admission.py).
     run_dir: Path | None = None
+    # Once ready, measure each voice's capacity for admission (a burst of sentences).
+    measure_capacity: bool = True
+    capacity: dict[str, tuple[float, dict[str, float]]] = field(default_factory=dict)
+
+    @property
+    def admission_dir(self) -> Path | None:
+        return self.run_dir / "admission" if self.run_dir is not None else None
 
     @property
     def release_file(self) -> Path | None:
@@ -199,6 +207,7 @@ class TritonServer:
     def start(self) -> TritonServer:
         import tempfile
 
+        from triton_tts.admission import ADMISSION_DIR_ENV
         from triton_tts.loopback import GRPC_URL_ENV
         from triton_tts.pacing import RELEASE_FILE_ENV
 
@@ -209,6 +218,7 @@ class TritonServer:
         # and the file that ends pacing when it stops (triton_tts/pacing.py).
         env[GRPC_URL_ENV] = self.grpc_url if self.loopback_url is None else self.loopback_url
         env[RELEASE_FILE_ENV] = str(self.release_file)
+        env[ADMISSION_DIR_ENV] = str(self.admission_dir)
         out = open(self.log_file, "ab") if self.log_file else None  # noqa: SIM115 - owned by the process
         self.process = subprocess.Popen(
             self.command(), env=env, stdout=out, stderr=subprocess.STDOUT if out else None
@@ -235,6 +245,8 @@ class TritonServer:
                 except Exception:  # not listening yet
                     ready, failure = False, None
                 if ready and self._metrics_listening():
+                    if self.measure_capacity:
+                        self._measure_capacity()
                     return
                 if failure:
                     raise RuntimeError(failure)
@@ -242,6 +254,41 @@ class TritonServer:
         finally:
             client.close()
         raise TimeoutError(f"tritonserver not ready after {timeout:.0f} s")
+
+    def _measure_capacity(self) -> None:
+        """Each voice's capacity, measured now that the server is warm, into the ledger the
+        models admit by (triton_tts/admission.py); a server with no tts model has none."""
+        import json as json_module
+
+        import tritonclient.http as httpclient
+
+        from triton_tts.admission import Ledger, measure_capacity
+        from triton_tts.text.frontend import is_chinese
+
+        client = httpclient.InferenceServerClient(self.http_url)
+        try:
+            if not client.is_model_ready("tts"):
+                return
+            params = client.get_model_config("tts").get("parameters", {})
+        finally:
+            client.close()
+        served = json_module.loads(params["voices"]["string_value"])
+        voices = {}
+        for v in served:
+            chunk = v["model"]
+            stages = [chunk.replace("tts_chunk", stage, 1) for stage in ("preprocess", "acoustic", "vocoder")]
+            voices[v["name"]] = (chunk, is_chinese(v.get("language", "")), stages)
+        self.capacity = measure_capacity(self.grpc_url, voices)
+        assert self.admission_dir is not None
+        ledger = Ledger(self.admission_dir)
+        for voice, (audio_per_s, stages) in self.capacity.items():
+            ledger.set_capacity(voice, audio_per_s, stages)
+            log.info(
+                "capacity of voice %s: %.1f s of audio per second (%s)",
+                voice,
+                audio_per_s,
+                ", ".join(f"{stage} {value:.1f} per instance" for stage, value in stages.items()),
+            )
 
     def _metrics_listening(self) -> bool:
         """Triton starts its metrics endpoint last, after HTTP answers ready: a caller that

@@ -20,6 +20,7 @@ Retry-After, an unreachable Triton 503, no answer in time 504.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import json
 import logging
@@ -28,7 +29,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing, asynccontextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -132,7 +133,9 @@ def invalid(message: str, param: str | None = None, code: str = "invalid_value")
 def from_tts_error(err: TTSError, settings: GatewaySettings) -> ApiError:
     """The client's error types -> status codes."""
     if isinstance(err, ServerBusy):
-        retry = {"Retry-After": str(settings.retry_after_s)}
+        # The server's own estimate when it gave one (admission's hint), in whole seconds.
+        hint = err.retry_after_s
+        retry = {"Retry-After": str(math.ceil(hint) if hint else settings.retry_after_s)}
         return ApiError(503, f"the server is busy, retry later ({err})", "server_busy", headers=retry)
     if isinstance(err, ServerUnavailable):
         return ApiError(503, f"the speech server is unavailable: {err}", "triton_unavailable")
@@ -152,6 +155,7 @@ class SpeechRequest:
     response_format: str = "mp3"
     noise_scale: float | None = None  # extensions (VITS voices): None is the voice's own
     noise_w: float | None = None
+    caller: str | None = None  # who asks, for the server's fair shares (caller_of)
 
 
 class Voices:
@@ -319,6 +323,7 @@ async def open_stream(
         speaker_id=request.speaker_id,
         noise_scale=request.noise_scale,
         noise_w=request.noise_w,
+        caller=request.caller,
     )
     try:
         first = await anext(chunks)
@@ -366,6 +371,16 @@ def _key_of(headers: Any, query: Any) -> str | None:
         return str(auth[7:].strip())
     key = query.get("api_key")
     return str(key) if key else None
+
+
+def caller_of(settings: GatewaySettings, key: str | None, peer: Any) -> str:
+    """Who a request comes from, for the server's admission (each caller is held to its
+    share): the API key (a digest: the key itself never leaves the gateway) when keys are
+    required, else the peer's address."""
+    if settings.api_keys and key:
+        return "key:" + hashlib.sha256(key.encode()).hexdigest()[:16]
+    host = getattr(peer, "host", None)
+    return f"peer:{host}" if host else ""
 
 
 def authorized(settings: GatewaySettings, key: str | None) -> bool:
@@ -499,6 +514,8 @@ class Gateway:
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise invalid(f"the body is not JSON: {err}", code="invalid_json") from None
         speech_request = await parse_speech(body, self.settings, self.voices)
+        caller = caller_of(self.settings, _key_of(request.headers, {}), request.client)
+        speech_request = replace(speech_request, caller=caller)
         synthesis.format = speech_request.response_format
         first, rest = await self.open_stream(speech_request)
         encoder = audio.encoder(speech_request.response_format, first.sample_rate)
@@ -744,6 +761,8 @@ class SpeechSocket:
                 raise invalid(f"unknown format {fmt!r}; use one of {', '.join(WS_FORMATS)}", "format")
             synthesis.format = fmt
             request = await parse_speech(message, self.settings, self.voices, openai_body=False)
+            caller = caller_of(self.settings, _key_of(self.ws.headers, self.ws.query_params), self.ws.client)
+            request = replace(request, caller=caller)
             started = time.monotonic()
             first, rest = await self.open_speech(request)
             await self.send_json(

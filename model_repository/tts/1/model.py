@@ -5,8 +5,13 @@ that go through the ``tts_chunk`` ensemble concurrently, a few at a time, so the
 with other traffic and memory stays bounded by the chunks in flight plus the audio
 itself. Chunks are joined with short fades where they meet; a one-chunk text comes back
 exactly as the ensemble made it. ``tts_stream`` delivers the same audio chunk by chunk.
-A request its client cancels (gRPC) or its own ``timeout`` outlives starts no more chunks
-(see triton_tts.bls.Cancellation). Outcomes and throughput go to Triton's metrics port
+
+Each request is read and admitted (triton_tts.admission: refused at once when the work
+admitted ahead of it would make it wait past the budget) in ``execute``, which then
+returns: the answer goes through the request's response sender from a thread, so one
+instance takes any number of texts and a long one holds no short one back. A request
+its client cancels (gRPC) or its own ``timeout`` outlives starts no more chunks (see
+triton_tts.bls.Cancellation). Outcomes and throughput go to Triton's metrics port
 (triton_tts.metrics); every error sent back is logged with the request's id
 (triton_tts.errors).
 """
@@ -15,15 +20,28 @@ from __future__ import annotations
 
 import json
 import time
+import traceback
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from triton_tts.bls import Cancellation, LongTextSettings, error_response, in_order, outcome, read_request
+from triton_tts.admission import AdmissionSettings, Ledger, Refused, Work
+from triton_tts.bls import (
+    Cancellation,
+    LongTextRequest,
+    LongTextSettings,
+    error_response,
+    in_order,
+    outcome,
+    read_request,
+)
+from triton_tts.config_parameters import string_parameters
 from triton_tts.errors import RequestErrors, request_id
 from triton_tts.metrics import TTSMetrics
+
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
 
 class TritonPythonModel:
@@ -37,24 +55,74 @@ class TritonPythonModel:
         voices = [v.name for v in self.settings.voices]
         self.metrics = TTSMetrics("tts", args["model_instance_name"], voices, streaming=False)
         self.errors = RequestErrors(args["model_name"])
+        params = string_parameters(config)
+        self.ledger = Ledger.from_environment(
+            AdmissionSettings.from_parameters(params), args.get("model_repository", "")
+        )
+        self.admission = params.get("admission", "work")
 
-    def execute(self, requests: list[Any]) -> list[Any]:
-        # All requests' chunks reach the ensemble together, so they batch there.
+    def execute(self, requests: list[Any]) -> None:
+        # Read and admit here, answer from threads: refusals go out before any work, and
+        # the admitted requests' chunks reach the ensemble together, so they batch there.
         started = time.monotonic()
-        futures = [self.requests.submit(self._synthesize, request, started) for request in requests]
-        return [f.result() for f in futures]
+        for request in requests:
+            sender = request.get_response_sender()
+            rid = request_id(request)
+            try:
+                long_text = read_request(request, self.settings, rid)
+                work = self._admit(long_text)
+            except Exception as err:  # the request's own error; others are unaffected
+                self.metrics.record_error(outcome(err))
+                sender.send(error_response(self.errors, rid, err), flags=FINAL)
+                continue
+            try:
+                self.requests.submit(self._synthesize, request, sender, long_text, work, started)
+            except RuntimeError as err:  # unloading: the pool takes no more
+                self.ledger.release(work)
+                sender.send(error_response(self.errors, rid, err), flags=FINAL)
+        self.metrics.record_load(self.ledger)
 
-    def _synthesize(self, request: Any, started: float) -> Any:
-        with self.metrics.in_flight():
-            return self._answer(request, started)
+    def _admit(self, long_text: LongTextRequest) -> Work:
+        counted = self.admission == "requests"  # counts only: no work, no caller
+        try:
+            work = self.ledger.admit_text(
+                long_text.request_id,
+                long_text.voice,
+                "" if counted else long_text.caller,
+                0.0 if counted else long_text.audio_s,
+            )
+        except Refused:
+            self.metrics.record_demand(long_text.voice, long_text.audio_s, admitted=False)
+            raise
+        self.metrics.record_demand(long_text.voice, long_text.audio_s, admitted=True)
+        return work
 
-    def _answer(self, request: Any, started: float) -> Any:
-        rid = request_id(request)
+    def _synthesize(
+        self, request: Any, sender: Any, long_text: LongTextRequest, work: Work, started: float
+    ) -> None:
+        try:
+            with self.metrics.in_flight():
+                response = self._answer(request, long_text, work, started)
+            sender.send(response, flags=FINAL)
+        except BaseException:  # a pool thread's exception is kept in its Future, unread: log it
+            pb_utils.Logger.log_error(
+                f"tts: request {long_text.request_id} failed:\n{traceback.format_exc()}"
+            )
+            raise
+        finally:
+            self.ledger.release(work)
+            self.metrics.record_load(self.ledger)
+
+    def _answer(self, request: Any, long_text: LongTextRequest, work: Work, started: float) -> Any:
+        rid = long_text.request_id
         try:
             cancellation = Cancellation(request.is_cancelled, request.timeout())
-            long_text = read_request(request, self.settings, rid)
             window = self.settings.chunks_in_flight
-            chunks = list(in_order(self.chunks, long_text, window, cancellation))
+            chunks = []
+            for index, chunk_audio, rate in in_order(self.chunks, long_text, window, cancellation):
+                chunks.append((index, chunk_audio, rate))
+                if rate:
+                    self.ledger.completed(work, chunk_audio.size / rate)
             audio = np.concatenate([chunk_audio for _, chunk_audio, _ in chunks])[None, :]
             rate = chunks[0][2]
         except Exception as err:  # the request's own error; others are unaffected

@@ -27,17 +27,18 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from triton_tts.admission import STREAM_PRIORITY, URGENT_PRIORITY, AdmissionSettings, Ledger, Refused, Work
 from triton_tts.bls import (
     Cancellation,
-    ChunkSender,
+    LongTextRequest,
     LongTextSettings,
     PrioritySender,
     RequestCancelled,
+    Senders,
     error_response,
     in_order,
     outcome,
     read_request,
-    send_by_bls,
 )
 from triton_tts.config_parameters import string_parameters
 from triton_tts.errors import RequestErrors, request_id
@@ -47,8 +48,6 @@ from triton_tts.pacing import Pacer, released_by_file
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 FINALIZE_WAIT_S = 10.0  # under serve's --exit-timeout-secs (20 s)
-# Clients recognise a refusal by "server busy" (a stream's error carries no status code).
-BUSY = "server busy: {} streams in progress, the most tts_stream takes at once; retry shortly"
 
 
 class TritonPythonModel:
@@ -60,9 +59,13 @@ class TritonPythonModel:
             )
         self.settings = LongTextSettings.from_model_config(config)
         params = string_parameters(config)
-        # Admission: a stream beyond max_streams is refused at once (0: no bound).
-        self.max_streams = int(params["max_streams"])
-        threads = max(self.settings.threads, self.max_streams)  # every admitted stream runs
+        # Admission by the listeners' demand (triton_tts/admission.py); every admitted
+        # stream has a thread, up to the safety bound max_streams.
+        self.ledger = Ledger.from_environment(
+            AdmissionSettings.from_parameters(params), args.get("model_repository", "")
+        )
+        self.admission = params.get("admission", "work")
+        threads = max(self.settings.threads, int(params.get("max_streams", "0")) or 1024)
         self.chunks = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="stream-bls")
         self.streams = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="stream")
         self.active = 0
@@ -72,55 +75,78 @@ class TritonPythonModel:
         released = released_by_file()
         self.released = lambda: self.unloading or released()
         loopback = Loopback.from_environment(int(params.get("first_chunk_priority", "0")))
-        self.send_first: ChunkSender = (
-            PrioritySender(loopback, args["model_name"]) if loopback is not None else send_by_bls
-        )
+        self.senders = Senders()  # by BLS, without priority
+        if loopback is not None:
+            sender = PrioritySender(loopback, args["model_name"])
+            self.senders = Senders(urgent=sender.at(URGENT_PRIORITY), paced=sender.at(STREAM_PRIORITY))
         pb_utils.Logger.log_info(
-            f"tts_stream: pacing lead {self.lead_s:g} s (0: none); first chunks "
-            + (f"with priority {loopback.priority} via {loopback.url}" if loopback else "without priority")
+            f"tts_stream: pacing lead {self.lead_s:g} s (0: none); chunks "
+            + (f"by deadline (priorities) via {loopback.url}" if loopback else "without priority")
         )
         voices = [v.name for v in self.settings.voices]
         self.metrics = TTSMetrics("tts_stream", args["model_instance_name"], voices, streaming=True)
         self.errors = RequestErrors(args["model_name"])
 
     def execute(self, requests: list[Any]) -> None:
+        # Read and admit here (a refusal goes out before any work), stream from threads.
         for request in requests:
-            with self.lock:
-                admitted = not 0 < self.max_streams <= self.active
-                if admitted:
-                    self.active += 1
-            if not admitted:
-                busy = BUSY.format(self.max_streams)
-                # The error, then the final flag, as _stream does (a gRPC client sees both).
+            started = time.monotonic()
+            rid = request_id(request)
+            try:
+                long_text = read_request(request, self.settings, rid)
+                work = self._admit(long_text)
+            except Exception as err:
+                # The error, then the final flag, as _send_chunks does (a gRPC client sees both).
+                self.metrics.record_error(outcome(err))
                 sender = request.get_response_sender()
-                sender.send(self.errors.response(request_id(request), busy, pb_utils.TritonError.UNAVAILABLE))
+                sender.send(error_response(self.errors, rid, err))
                 sender.send(flags=FINAL)
-                self.metrics.record_error("busy")
                 continue
-            self.streams.submit(self._stream, request, time.monotonic())
+            with self.lock:
+                self.active += 1
+            self.streams.submit(self._stream, request, long_text, work, started)
+        self.metrics.record_load(self.ledger)
 
-    def _stream(self, request: Any, started: float) -> None:
+    def _admit(self, long_text: LongTextRequest) -> Work:
+        counted = self.admission == "requests"  # counts only (max_streams)
+        try:
+            work = self.ledger.admit_stream(
+                long_text.request_id,
+                long_text.voice,
+                "" if counted else long_text.caller,
+                0.0 if counted else long_text.audio_s,
+                0.0 if counted else long_text.first_audio_s,
+                self.lead_s,
+            )
+        except Refused:
+            self.metrics.record_demand(long_text.voice, long_text.audio_s, admitted=False)
+            raise
+        self.metrics.record_demand(long_text.voice, long_text.audio_s, admitted=True)
+        return work
+
+    def _stream(self, request: Any, long_text: LongTextRequest, work: Work, started: float) -> None:
         try:
             with self.metrics.in_flight():
-                self._send_chunks(request, started)
+                self._send_chunks(request, long_text, work, started)
         except BaseException:  # a pool thread's exception is kept in its Future, unread: log it
             failure = traceback.format_exc()
             pb_utils.Logger.log_error(f"tts_stream: stream {request_id(request)} failed:\n{failure}")
             raise
 
-    def _send_chunks(self, request: Any, started: float) -> None:
+    def _send_chunks(self, request: Any, long_text: LongTextRequest, work: Work, started: float) -> None:
         sender = request.get_response_sender()
         sent_final = False
         sent, samples = 0, 0
-        rid = request_id(request)
+        rid = long_text.request_id
         try:
             cancellation = Cancellation(sender.is_cancelled, request.timeout())
-            long_text = read_request(request, self.settings, rid)
             count = len(long_text.chunks)
             pacer = Pacer(self.lead_s, self.released)
             for index, audio, rate in in_order(
-                self.chunks, long_text, self.settings.chunks_in_flight, cancellation, pacer, self.send_first
+                self.chunks, long_text, self.settings.chunks_in_flight, cancellation, pacer, self.senders
             ):
+                if rate:
+                    self.ledger.completed(work, audio.size / rate, first=index == 0)
                 last = index == count - 1
                 response = pb_utils.InferenceResponse(
                     output_tensors=[
@@ -152,6 +178,8 @@ class TritonPythonModel:
                 if not sent_final:
                     sender.send(flags=FINAL)
             finally:  # a send that raised must not keep the stream counted (finalize waits on it)
+                self.ledger.release(work)
+                self.metrics.record_load(self.ledger)
                 with self.lock:
                     self.active -= 1
                     self.lock.notify_all()

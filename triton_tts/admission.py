@@ -1,0 +1,486 @@
+"""Admission by work: a request is refused only when the work admitted ahead of it would
+make it wait longer than its budget.
+
+A request's cost varies a thousandfold with its text and SPEED, so counting requests
+refuses light load and admits heavy load. Here every admitted request is a line in one
+:class:`Ledger` that every process of the server shares (``tts``'s instances and
+``tts_stream``: each a Python-backend stub of its own), in the machine's own unit:
+
+- **capacity** ``C`` per voice: seconds of audio the server makes per second when busy.
+  ``triton-tts serve`` measures it once the server is warm (:func:`measure_capacity`, a
+  burst of sentences per voice); afterwards every chunk done feeds a window, and a window
+  in which texts were waiting throughout (the server was busy) corrects ``C`` toward what
+  was really made (:meth:`Ledger.completed`). A server started without the measurement
+  starts at :data:`DEFAULT_CAPACITY` and learns the same way.
+- **work**: a request's predicted audio (characters x the voice's calibrated seconds per
+  character, triton_tts/limits.py, over SPEED) / ``C``: the machine-seconds it needs.
+- **texts** (``tts``): the wait of a new text is the text work admitted and not yet done,
+  over the share of the machine the listeners leave. Above ``text_budget_s`` it is refused.
+- **listeners** (``tts_stream``): a paced stream needs its audio at real time, ``1 / C``
+  of the machine while it generates. A new one is admitted while the listeners' demand
+  stays under ``1 - stream_headroom``, and while the first chunks ahead of its own (they
+  overtake everything else, triton_tts/model_configs.py's priorities) take at most
+  ``first_chunk_budget_s``.
+- **callers**: a caller named by the ``caller`` request parameter (the gateway names each
+  API key's) may hold at most ``caller_share`` of the text budget and of the listeners'
+  room. Unnamed callers share the rest: Triton 2.51 tells a Python model nothing of a
+  request's peer.
+
+A refusal is immediate (no model runs) and says how long to wait: UNAVAILABLE with
+:func:`busy_message`, whose "retry after N s" the client library and the gateway read
+(:func:`retry_after`). Each ledger operation is a short critical section under an
+``flock`` of a file in the server's run folder; a line whose process died is dropped.
+Usable outside Triton: it imports nothing of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import math
+import os
+import re
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Priority levels of the stages' dynamic batchers, earliest deadline first in three
+# steps (Triton's level 1 goes first): a stream's first chunk, and a later chunk whose
+# listener is about to run out of audio (URGENT_PRIORITY); a stream's other chunks, due
+# when its listener's lead runs out (STREAM_PRIORITY); texts and direct tts_chunk
+# requests, whose callers wait within a budget of seconds (DEFAULT_PRIORITY, the default,
+# which BLS requests get). An ensemble passes its request's priority on to each step,
+# so a tts_chunk request's priority holds in all four stages.
+URGENT_PRIORITY = 1
+STREAM_PRIORITY = 2
+DEFAULT_PRIORITY = 3
+ADMISSION_DIR_ENV = "TRITON_TTS_ADMISSION_DIR"  # set by triton_tts.server.TritonServer
+DEFAULT_CAPACITY = 10.0  # audio s/s assumed of a voice before anything was measured
+MIN_TEXT_SHARE = 0.1  # of the machine texts are counted on, however many listeners
+WINDOW_S = 3.0  # capacity is corrected from windows this long
+CORRECTION = 0.3  # weight of one busy window's throughput in the capacity
+BUSY_BACKLOG_S = 0.5  # texts' work waiting, machine-seconds, for a window to count as busy
+STATE_FILE = "ledger.json"
+LOCK_FILE = "ledger.lock"
+# Clients recognise a refusal for load by these words and read its hint (retry_after).
+BUSY = "server busy"
+_RETRY = re.compile(r"retry after (\d+(?:\.\d+)?) s")
+
+
+def busy_message(why: str, retry_after_s: float) -> str:
+    """What a refused request is told: why, and when to come back."""
+    return f"{BUSY}: {why}; retry after {max(0.1, retry_after_s):.1f} s"
+
+
+def retry_after(message: str) -> float | None:
+    """The hint in a refusal's message (seconds), or None if it has none."""
+    found = _RETRY.search(message)
+    return float(found.group(1)) if found else None
+
+
+class Refused(Exception):
+    """Admitting the request would break a budget; ``retry_after_s`` says when it might not."""
+
+    def __init__(self, why: str, retry_after_s: float) -> None:
+        self.retry_after_s = max(0.1, retry_after_s)
+        super().__init__(busy_message(why, self.retry_after_s))
+
+
+@dataclass(frozen=True)
+class AdmissionSettings:
+    """The budgets (model parameters rendered by triton_tts/model_configs.py)."""
+
+    text_budget_s: float = 8.0
+    first_chunk_budget_s: float = 1.0
+    stream_headroom: float = 0.15
+    caller_share: float = 0.5
+    max_texts: int = 0  # a safety bound on texts in progress (0: none)
+    max_streams: int = 0  # and on streams (0: none)
+    paced: bool = True  # streams are paced to playback (a listener's real-time demand)
+
+    @classmethod
+    def from_parameters(cls, params: Mapping[str, str]) -> AdmissionSettings:
+        return cls(
+            text_budget_s=int(params.get("text_budget_ms", "8000")) / 1000,
+            first_chunk_budget_s=int(params.get("first_chunk_budget_ms", "1000")) / 1000,
+            stream_headroom=int(params.get("stream_headroom_pct", "15")) / 100,
+            caller_share=int(params.get("caller_share_pct", "50")) / 100,
+            max_texts=int(params.get("max_texts", "0")),
+            max_streams=int(params.get("max_streams", "0")),
+            paced=int(params.get("lead_ms", "1")) > 0,
+        )
+
+
+@dataclass
+class Work:
+    """One admitted request."""
+
+    id: str
+    kind: str  # "text" or "stream"
+    voice: str
+    caller: str  # "" for unnamed callers
+    remaining_s: float  # machine-seconds of synthesis not done yet
+    first_s: float = 0.0  # streams: machine-seconds of the first chunk, until it is done
+    rate: float = 0.0  # streams: share of the machine its listener needs while it generates
+    pid: int = field(default_factory=os.getpid)
+    admitted_at: float = field(default_factory=time.time)
+    ends_at: float = 0.0  # streams: when its generation should end (its audio less the lead)
+
+
+@dataclass(frozen=True)
+class Load:
+    """What the ledger holds, for decisions and metrics."""
+
+    capacity: dict[str, float]
+    text_work_s: float  # machine-seconds of admitted texts not done yet
+    first_work_s: float  # of first chunks not sent yet
+    stream_demand: float  # listeners' share of the machine
+    texts: int
+    streams: int
+
+    @property
+    def text_share(self) -> float:
+        return max(MIN_TEXT_SHARE, 1.0 - self.stream_demand)
+
+    @property
+    def text_wait_s(self) -> float:
+        """How long a new text would wait for the work admitted ahead of it."""
+        return (self.text_work_s + self.first_work_s) / self.text_share
+
+
+def default_directory(repository: str) -> Path:
+    """A ledger per server when ``triton-tts serve`` named none: keyed by the repository
+    and the tritonserver process (the stubs' parent)."""
+    key = hashlib.sha256(f"{Path(repository).resolve()}:{os.getppid()}".encode()).hexdigest()[:16]
+    shm = Path("/dev/shm")
+    base = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+    return base / f"triton-tts-admission-{key}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Ledger:
+    """The server's admitted work, shared between processes through one folder."""
+
+    def __init__(
+        self,
+        directory: Path | str,
+        settings: AdmissionSettings | None = None,
+        clock: Callable[[], float] = time.time,
+        alive: Callable[[int], bool] = _alive,
+    ) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.settings = settings or AdmissionSettings()
+        self.clock = clock
+        self.alive = alive
+
+    @classmethod
+    def from_environment(cls, settings: AdmissionSettings, repository: str) -> Ledger:
+        named = os.environ.get(ADMISSION_DIR_ENV, "").strip()
+        return cls(Path(named) if named else default_directory(repository), settings)
+
+    # -- the shared state -------------------------------------------------------------
+    @contextlib.contextmanager
+    def _state(self, write: bool = True) -> Iterator[dict[str, Any]]:
+        with open(self.directory / LOCK_FILE, "a+", encoding="utf-8") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                path = self.directory / STATE_FILE
+                try:
+                    state = json.loads(path.read_text(encoding="utf-8"))
+                except (OSError, ValueError):
+                    state = {}
+                state.setdefault("capacity", {})
+                state.setdefault("source", {})
+                state.setdefault("stages", {})
+                state.setdefault("work", [])
+                state.setdefault("window", {"start": self.clock(), "used": 0.0, "busy": True})
+                state.setdefault("demanded", {"admitted": 0.0, "refused": 0.0})
+                state["work"] = [w for w in state["work"] if self.alive(int(w["pid"]))]
+                yield state
+                if write:
+                    scratch = path.with_suffix(f".{os.getpid()}.tmp")
+                    scratch.write_text(json.dumps(state), encoding="utf-8")
+                    os.replace(scratch, path)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    @staticmethod
+    def _capacity(state: dict[str, Any], voice: str) -> float:
+        return float(state["capacity"].get(voice, DEFAULT_CAPACITY))
+
+    def _load(self, state: dict[str, Any]) -> Load:
+        work = [Work(**w) for w in state["work"]]
+        return Load(
+            capacity={v: float(c) for v, c in state["capacity"].items()},
+            text_work_s=sum(w.remaining_s for w in work if w.kind == "text"),
+            first_work_s=sum(w.first_s for w in work if w.kind == "stream"),
+            stream_demand=sum(w.rate for w in work if w.kind == "stream"),
+            texts=sum(w.kind == "text" for w in work),
+            streams=sum(w.kind == "stream" for w in work),
+        )
+
+    def load(self) -> Load:
+        with self._state(write=False) as state:
+            return self._load(state)
+
+    def capacity(self, voice: str) -> float:
+        with self._state(write=False) as state:
+            return self._capacity(state, voice)
+
+    def capacities(self) -> dict[str, tuple[float, str, dict[str, float]]]:
+        """voice -> (capacity, where it came from, per-stage capacity per instance)."""
+        with self._state(write=False) as state:
+            return {
+                v: (float(c), str(state["source"].get(v, "")), dict(state["stages"].get(v, {})))
+                for v, c in state["capacity"].items()
+            }
+
+    def set_capacity(self, voice: str, audio_per_s: float, stages: Mapping[str, float] | None = None) -> None:
+        """The measured capacity of a voice (and of its stages, per instance)."""
+        with self._state() as state:
+            state["capacity"][voice] = float(audio_per_s)
+            state["source"][voice] = "warm-up"
+            if stages:
+                state["stages"][voice] = {k: float(v) for k, v in stages.items()}
+
+    # -- decisions --------------------------------------------------------------------
+    def admit_text(self, request_id: str, voice: str, caller: str, audio_s: float) -> Work:
+        """Admit a text of ``audio_s`` predicted seconds, or raise :class:`Refused`."""
+        s = self.settings
+        with self._state() as state:
+            load = self._load(state)
+            cost = audio_s / self._capacity(state, voice)
+            try:
+                if s.max_texts and load.texts >= s.max_texts:
+                    raise Refused(f"{load.texts} texts in progress, the most tts takes", 1.0)
+                wait = load.text_wait_s
+                if wait > s.text_budget_s:
+                    raise Refused(
+                        f"a text would wait ~{wait:.1f} s for the work admitted ahead of it "
+                        f"(tts waits at most {s.text_budget_s:g} s)",
+                        wait - s.text_budget_s,
+                    )
+                if caller:
+                    own = (
+                        sum(w["remaining_s"] for w in state["work"] if w["caller"] == caller)
+                        / load.text_share
+                    )
+                    allowed = s.caller_share * s.text_budget_s
+                    if own > allowed:
+                        raise Refused(
+                            f"caller {caller!r} has ~{own:.1f} s of work admitted (its share: {allowed:g} s)",
+                            own - allowed,
+                        )
+            except Refused:
+                state["demanded"]["refused"] += audio_s
+                raise
+            work = Work(request_id, "text", voice, caller, cost)
+            state["work"].append(asdict(work))
+            state["demanded"]["admitted"] += audio_s
+            return work
+
+    def admit_stream(
+        self, request_id: str, voice: str, caller: str, audio_s: float, first_audio_s: float, lead_s: float
+    ) -> Work:
+        """Admit a listener (``audio_s`` in all, ``first_audio_s`` in its first chunk), or
+        raise :class:`Refused`. Unpaced streams take the machine as texts do."""
+        s = self.settings
+        with self._state() as state:
+            load = self._load(state)
+            capacity = self._capacity(state, voice)
+            rate = 1.0 / capacity if s.paced else 0.0
+            first = first_audio_s / capacity
+            try:
+                if s.max_streams and load.streams >= s.max_streams:
+                    raise Refused(f"{load.streams} streams in progress, the most tts_stream takes", 1.0)
+                if load.first_work_s > s.first_chunk_budget_s:
+                    raise Refused(
+                        f"a first chunk would wait ~{load.first_work_s:.1f} s for those ahead of it "
+                        f"(at most {s.first_chunk_budget_s:g} s)",
+                        load.first_work_s - s.first_chunk_budget_s,
+                    )
+                room = 1.0 - s.stream_headroom
+                if s.paced and load.stream_demand + rate > room:
+                    raise Refused(
+                        f"{load.streams} listeners take {load.stream_demand:.0%} of capacity "
+                        f"(at most {room:.0%}: another would hear gaps)",
+                        self._next_end(state) - self.clock(),
+                    )
+                if not s.paced and load.text_wait_s > s.text_budget_s:
+                    raise Refused(
+                        f"a stream would wait ~{load.text_wait_s:.1f} s for the work admitted ahead of it",
+                        load.text_wait_s - s.text_budget_s,
+                    )
+                if caller and s.paced:
+                    own = sum(
+                        w["rate"] for w in state["work"] if w["caller"] == caller and w["kind"] == "stream"
+                    )
+                    if own + rate > s.caller_share * room:
+                        raise Refused(
+                            f"caller {caller!r} has listeners taking {own:.0%} of capacity, "
+                            f"its share is {s.caller_share * room:.0%}",
+                            self._next_end(state, caller) - self.clock(),
+                        )
+            except Refused:
+                state["demanded"]["refused"] += audio_s
+                raise
+            now = self.clock()
+            work = Work(
+                request_id,
+                "stream",
+                voice,
+                caller,
+                0.0 if s.paced else audio_s / capacity,
+                first,
+                rate,
+                ends_at=now + max(0.0, audio_s - lead_s),
+            )
+            state["work"].append(asdict(work))
+            state["demanded"]["admitted"] += audio_s
+            return work
+
+    def _next_end(self, state: dict[str, Any], caller: str | None = None) -> float:
+        ends = [
+            float(w["ends_at"])
+            for w in state["work"]
+            if w["kind"] == "stream" and (caller is None or w["caller"] == caller)
+        ]
+        return min(ends) if ends else self.clock() + 1.0
+
+    # -- progress ---------------------------------------------------------------------
+    def completed(self, work: Work, audio_s: float, first: bool = False) -> None:
+        """``audio_s`` of ``work``'s audio is made (``first``: its first chunk); the
+        capacity window counts it."""
+        with self._state() as state:
+            if work.voice not in state["capacity"]:  # nothing measured: learn from the default
+                state["capacity"][work.voice] = DEFAULT_CAPACITY
+                state["source"][work.voice] = "default"
+            capacity = self._capacity(state, work.voice)
+            for line in state["work"]:
+                if line["id"] == work.id and line["pid"] == work.pid:
+                    line["remaining_s"] = max(0.0, float(line["remaining_s"]) - audio_s / capacity)
+                    if first:
+                        line["first_s"] = 0.0
+            self._observe(state, audio_s / capacity)
+
+    def _observe(self, state: dict[str, Any], used_s: float) -> None:
+        """Throughput per window: in a busy window (texts waited throughout) the machine
+        made what it can, so capacity moves toward it; in any window, more than capacity
+        raises it."""
+        window = state["window"]
+        window["used"] = float(window["used"]) + used_s
+        load = self._load(state)
+        window["busy"] = bool(window["busy"]) and load.text_work_s >= BUSY_BACKLOG_S
+        now = self.clock()
+        elapsed = now - float(window["start"])
+        if elapsed < WINDOW_S:
+            return
+        ratio = float(window["used"]) / elapsed  # 1: made what the capacity says
+        if window["busy"] or ratio > 1.0:
+            ratio = min(2.0, max(0.5, ratio))
+            factor = 1.0 - CORRECTION + CORRECTION * ratio
+            for voice in list(state["capacity"]):
+                state["capacity"][voice] = float(state["capacity"][voice]) * factor
+                state["source"][voice] = "live"
+        state["window"] = {"start": now, "used": 0.0, "busy": load.text_work_s >= BUSY_BACKLOG_S}
+
+    def release(self, work: Work) -> None:
+        with self._state() as state:
+            state["work"] = [w for w in state["work"] if not (w["id"] == work.id and w["pid"] == work.pid)]
+
+    def demanded(self) -> dict[str, float]:
+        """Audio seconds asked for since the server started, admitted and refused."""
+        with self._state(write=False) as state:
+            return {k: float(v) for k, v in state["demanded"].items()}
+
+
+def predicted_audio_s(characters: int, seconds_per_char: float, speed: float | None) -> float:
+    """Seconds of audio a normalised text of ``characters`` will take."""
+    return characters * seconds_per_char / (speed or 1.0)
+
+
+CAPACITY_TEXT = "Thank you for calling. Your order has shipped and will arrive on Tuesday."
+CAPACITY_TEXT_CHINESE = "感谢您的来电，您的订单已经发货，预计星期二送达。"
+
+
+def measure_capacity(
+    grpc_url: str, voices: Mapping[str, tuple[str, bool, list[str]]], concurrency: int = 0
+) -> dict[str, tuple[float, dict[str, float]]]:
+    """Each voice's capacity, measured on the warm server: ``concurrency`` sentences at once
+    (twice the cores by default, so every stage instance stays busy), twice, through the
+    voice's ``tts_chunk``; audio made over the wall time. Per stage, the audio over the
+    busy time Triton's statistics give (audio seconds per second per instance).
+    ``voices``: name -> (tts_chunk model, is Chinese, stage models)."""
+    count = concurrency or max(8, 2 * (os.cpu_count() or 2))
+    return {
+        voice: _measure_voice(
+            grpc_url, model, CAPACITY_TEXT_CHINESE if chinese else CAPACITY_TEXT, stages, count
+        )
+        for voice, (model, chinese, stages) in voices.items()
+    }
+
+
+def _measure_voice(
+    grpc_url: str, model: str, text: str, stages: list[str], count: int
+) -> tuple[float, dict[str, float]]:
+    import concurrent.futures
+
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(grpc_url)
+
+    def busy() -> dict[str, float]:
+        stats = client.get_inference_statistics(as_json=True).get("model_stats", [])
+        return {
+            s["name"]: int(s["inference_stats"].get("compute_infer", {}).get("ns", 0)) / 1e9
+            for s in stats
+            if s["name"] in stages
+        }
+
+    def one(_: int) -> float:
+        own = grpcclient.InferenceServerClient(grpc_url)
+        try:
+            tensor = grpcclient.InferInput("TEXT", [1, 1], "BYTES")
+            tensor.set_data_from_numpy(np.array([[text.encode("utf-8")]], dtype=np.object_))
+            result = own.infer(model, [tensor])
+            rate = int(result.as_numpy("SAMPLE_RATE").reshape(-1)[0])
+            return float(result.as_numpy("AUDIO").size / rate)
+        finally:
+            own.close()
+
+    try:
+        before = busy()
+        started = time.monotonic()
+        with concurrent.futures.ThreadPoolExecutor(count) as pool:
+            audio = sum(pool.map(one, range(2 * count)))
+        wall = time.monotonic() - started
+        after = busy()
+    finally:
+        client.close()
+    per_stage = {
+        stage: audio / (after[stage] - before.get(stage, 0.0))
+        for stage in stages
+        if after.get(stage, 0.0) > before.get(stage, 0.0)
+    }
+    return audio / wall, per_stage
+
+
+def ceil_s(seconds: float) -> int:
+    """A Retry-After header's whole seconds."""
+    return max(1, math.ceil(seconds))
