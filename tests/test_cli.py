@@ -240,8 +240,10 @@ KNOWN_BUILD_FLAGS = {
     "--max-batch-size": "64", "--acoustic-instances": "3", "--vocoder-instances": "3",
     "--acoustic-threads": "2", "--vocoder-threads": "auto", "--queue-delay-us": "500",
     "--vocoder-items-per-run": "2", "--acoustic-items-per-run": "2", "--gpu-instances": "2",
-    "--gpu-queue-delay-us": "100", "--long-text-instances": "2", "--long-text-queue-size": "0",
-    "--long-text-queue-timeout-us": "0", "--max-streams": "3", "--chunk-queue-size": "0",
+    "--gpu-queue-delay-us": "100", "--long-text-instances": "2", "--max-texts": "0",
+    "--max-streams": "3", "--chunk-queue-size": "0", "--admission": "requests",
+    "--text-budget-ms": "2000", "--first-chunk-budget-ms": "500", "--stream-headroom-pct": "20",
+    "--caller-share-pct": "25",
 }  # fmt: skip
 
 
@@ -262,6 +264,8 @@ def test_build_flags_are_the_build_options_with_their_bounds(capsys: pytest.Capt
         (["--max-batch-size", "257"], "above the maximum"),
         (["--acoustic-threads", "lots"], "does not match"),
         (["--gpu-preferred-batch-sizes", "8", "0"], "below the minimum"),
+        (["--admission", "counts"], "does not match"),
+        (["--stream-headroom-pct", "95"], "above the maximum"),
     ]:
         with pytest.raises(SystemExit) as stop:
             parser.parse_args(["build-repo", *bad])

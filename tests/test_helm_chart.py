@@ -180,7 +180,8 @@ def test_tensorrt_with_queue_time_autoscaling(helm: Path) -> None:
     config_map = by_kind(docs, "ConfigMap")["data"]
     rules = yaml.safe_load(config_map["config.yaml"])["rules"]
     names = {r["name"]["as"] for r in rules}
-    assert names == set(metrics)
+    # every signal is exposed (switching autoscaling.signal changes the HPA only)
+    assert names == set(metrics) | {"triton_tts_demand_capacity_ratio"}
     # the adapter reads the recorded series; the PromQL lives in the recording rule only,
     # the same group in the PrometheusRule and in the plain rules file (tests/test_autoscaling.py)
     queue_rule = next(r for r in rules if r["name"]["as"] == "triton_tts_stage_queue_us_per_request")
@@ -245,9 +246,13 @@ def build_line(docs: list[dict[str, Any]]) -> list[str]:
 
 def schema_of(option: Field[Any]) -> dict[str, Any]:
     """The values.schema.json entry a build option's declaration calls for."""
+    import re
+
     meta = option.metadata
-    if meta["pattern"]:  # a count as a string or a number, or a word the pattern allows
+    if meta["pattern"] and re.fullmatch(meta["pattern"], "1"):  # a count (string or number) or a word
         return {"type": ["string", "integer"], "pattern": meta["pattern"], "minimum": 1}
+    if meta["pattern"]:  # words only (admission: work|requests): a number fails at install
+        return {"type": "string", "pattern": meta["pattern"]}
     bounds = {"minimum": meta["minimum"], "maximum": meta["maximum"]}
     integer = {"type": "integer", **{k: v for k, v in bounds.items() if v is not None}}
     return {"type": "array", "items": integer} if isinstance(option.default, tuple) else integer
@@ -283,6 +288,18 @@ def test_the_charts_build_command_is_the_clis_and_its_defaults_are_the_products(
     assert build_options(build_parser().parse_args(build_line(render(helm)))) == BuildOptions()
 
 
+def other_allowed(pattern: str, default: str) -> str:
+    """A value a string option's pattern allows other than its default: a count where it
+    takes one, else another of its words (a pattern ^(word|word...)$)."""
+    import re
+
+    if re.fullmatch(pattern, "3"):
+        return "3"
+    words = re.fullmatch(r"\^\(([\w|]+)\)\$", pattern)
+    assert words, f"no other value known for pattern {pattern}"
+    return next(w for w in words[1].split("|") if w != default)
+
+
 def test_every_chart_build_value_reaches_the_build(helm: Path, tmp_path: Path) -> None:
     """Each value set away from its default arrives as that value (flag names, lists, big
     numbers: Helm reads numbers as floats, and 3e+07 would not parse)."""
@@ -295,7 +312,7 @@ def test_every_chart_build_value_reaches_the_build(helm: Path, tmp_path: Path) -
         if isinstance(default, tuple):
             changed[option.name] = (3, 5)
         elif option.metadata["pattern"]:
-            changed[option.name] = "3"
+            changed[option.name] = other_allowed(option.metadata["pattern"], default)
         else:
             changed[option.name] = default - 1 if option.metadata["maximum"] else default + 1
     values = tmp_path / "values.yaml"
@@ -320,6 +337,7 @@ def test_every_chart_build_value_reaches_the_build(helm: Path, tmp_path: Path) -
         ("build.vocoderThreads=lots", "does not match pattern"),
         ("build.maxBatchSze=8", "additional properties 'maxBatchSze' not allowed"),
         ("build.maxBatchSize=512", "maximum"),
+        ("build.admission=3", "got number, want string"),  # a word, not a count
         ("autoscaling.targetCPUUtilizationPercentage=150", "maximum"),
         ("strategy.type=BlueGreen", "value must be one of 'RollingUpdate', 'Recreate'"),
         ("strategy.rollingUpdate.maxSurge=lots", "does not match pattern '^[0-9]+%$'"),

@@ -1,9 +1,10 @@
-"""Overload is refused at once: a server built with tiny admission bounds, flooded.
+"""Overload is refused at once: a server built with tiny count bounds, flooded.
 
-``tts`` (Triton's queue policy), ``tts_stream`` (the model counts its streams) and
-``tts_chunk`` (an ensemble: its stages' queue policies) each refuse what is beyond their
-bound within milliseconds, with HTTP 503 / gRPC UNAVAILABLE and words that say so, while
-what they accepted completes; the client library's retries then get everyone through.
+``tts`` and ``tts_stream`` (admission=requests: the models count their texts and
+streams) and ``tts_chunk`` (an ensemble: its stages' queue policies) each refuse what is
+beyond their bound within milliseconds, with HTTP 503 / gRPC UNAVAILABLE and words that
+say so, while what they accepted completes; the client library's retries then get
+everyone through. Admission by work, the default, has its tests in tests/test_admission.py.
 """
 
 from __future__ import annotations
@@ -32,9 +33,11 @@ from triton_tts.repository import build_repository
 from triton_tts.server import TritonServer, free_port
 from triton_tts.testing.sample_texts import PARAGRAPH, SENTENCES
 
-# One text in progress and one waiting per entry model; the stages hold what those can
-# have in flight plus one direct tts_chunk request (BuildOptions.stage_queue_size).
-TINY = BuildOptions(long_text_instances=1, long_text_queue_size=1, max_streams=1, chunk_queue_size=1)
+# One text and one stream in progress; the stages hold what those can have in flight plus
+# one direct tts_chunk request (BuildOptions.stage_queue_size).
+TINY = BuildOptions(
+    admission="requests", long_text_instances=1, max_texts=1, max_streams=1, chunk_queue_size=1
+)
 FLOOD = 6
 PATIENT = RetryPolicy(attempts=40, base_delay_s=0.1, max_delay_s=1.0)
 SHORT = " ".join(SENTENCES[:3])
@@ -42,15 +45,22 @@ SHORT = " ".join(SENTENCES[:3])
 
 def test_the_bounds_are_rendered_where_triton_applies_them() -> None:
     configs = {path: parse(text) for path, text in model_configs.render(TINY).items()}
-    tts = configs["tts/config.pbtxt"].dynamic_batching
-    assert list(tts.preferred_batch_size) == [1] and tts.max_queue_delay_microseconds == 0  # one each
-    assert tts.default_queue_policy.max_queue_size == 1
-    assert tts.default_queue_policy.timeout_action == mc.ModelQueuePolicy.REJECT
-    assert configs["tts_stream/config.pbtxt"].parameters["max_streams"].string_value == "1"
-    # every chunk admitted texts can have in flight (1 x 2 + 1 x 1), plus one direct
+    for model in ("tts", "tts_stream"):
+        params = configs[f"{model}/config.pbtxt"].parameters
+        assert {k: params[k].string_value for k in ("admission", "max_texts", "max_streams")} == {
+            "admission": "requests",
+            "max_texts": "1",
+            "max_streams": "1",
+        }
+        # the models answer through response senders: Triton's queue never holds a text
+        assert not configs[f"{model}/config.pbtxt"].dynamic_batching.HasField("default_queue_policy")
+    # every chunk admitted texts and streams can have in flight (1 x 2 + 1 x 1), plus one direct
     assert TINY.stage_queue_size == 4
     for path in ("preprocess/config.pbtxt", "acoustic/config.pbtxt", "vocoder/configs/gpu.pbtxt"):
         assert configs[path].dynamic_batching.default_queue_policy.max_queue_size == 4, path
+        assert (
+            configs[path].dynamic_batching.default_queue_policy.timeout_action == mc.ModelQueuePolicy.REJECT
+        )
     assert not configs["tts_chunk/config.pbtxt"].HasField("dynamic_batching")  # an ensemble cannot
 
 
@@ -90,18 +100,20 @@ def flood(count: int, call: Callable[[], Any]) -> list[tuple[str, str, float]]:
     return outcomes
 
 
-def refusals(outcomes: list[tuple[str, str, float]], status: str, accepted_at_most: int) -> list[float]:
+def refusals(
+    outcomes: list[tuple[str, str, float]], status: str, accepted_at_most: int, words: str
+) -> list[float]:
     """Seconds each refusal took, once the outcomes are as a bounded queue makes them."""
     kinds = Counter(s for s, _, _ in outcomes)
     assert 1 <= kinds["ok"] <= accepted_at_most, outcomes
     assert kinds["ok"] + kinds[status] == len(outcomes), outcomes
     refused = [(message, seconds) for s, message, seconds in outcomes if s == status]
-    assert all("Exceeds maximum queue size" in message for message, _ in refused), refused
+    assert all(words in message for message, _ in refused), refused
     return [seconds for _, seconds in refused]
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
-def test_tts_refuses_beyond_its_queue_at_once(tiny: TritonServer, protocol: str) -> None:
+def test_tts_refuses_beyond_its_count_at_once(tiny: TritonServer, protocol: str) -> None:
     lib: Any = httpclient if protocol == "http" else grpcclient
     url = tiny.http_url if protocol == "http" else tiny.grpc_url
 
@@ -114,8 +126,8 @@ def test_tts_refuses_beyond_its_queue_at_once(tiny: TritonServer, protocol: str)
             client.close()
 
     outcomes = flood(FLOOD, call)
-    bound = TINY.long_text_instances + TINY.long_text_queue_size
-    refused = refusals(outcomes, "503" if protocol == "http" else "StatusCode.UNAVAILABLE", bound)
+    status = "503" if protocol == "http" else "StatusCode.UNAVAILABLE"
+    refused = refusals(outcomes, status, TINY.max_texts, "server busy: 1 texts in progress")
     # refused at once: before any admitted request, which synthesises, has its answer
     assert max(refused) < min(seconds for status, _, seconds in outcomes if status == "ok"), outcomes
 
@@ -131,7 +143,7 @@ def test_tts_chunk_is_bounded_by_its_stages(tiny: TritonServer) -> None:
             client.close()
 
     outcomes = flood(40, call)
-    refused = refusals(outcomes, "StatusCode.UNAVAILABLE", 39)
+    refused = refusals(outcomes, "StatusCode.UNAVAILABLE", 39, "Exceeds maximum queue size")
     assert all("tts_chunk" in message for _, message, _ in outcomes if message)
     # Most at preprocess, at once; one that passed it and found acoustic's queue full came
     # back after the phonemes (seen: 0.7 s once of ~30, on a loaded machine).

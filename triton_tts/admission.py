@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -250,11 +251,18 @@ class Ledger:
                 for v, c in state["capacity"].items()
             }
 
-    def set_capacity(self, voice: str, audio_per_s: float, stages: Mapping[str, float] | None = None) -> None:
-        """The measured capacity of a voice (and of its stages, per instance)."""
+    def set_capacity(
+        self,
+        voice: str,
+        audio_per_s: float,
+        stages: Mapping[str, float] | None = None,
+        pinned: bool = False,
+    ) -> None:
+        """The measured capacity of a voice (and of its stages, per instance); ``pinned``:
+        a figure an operator gives (from a benchmark, say), kept as it is."""
         with self._state() as state:
             state["capacity"][voice] = float(audio_per_s)
-            state["source"][voice] = "warm-up"
+            state["source"][voice] = "pinned" if pinned else "warm-up"
             if stages:
                 state["stages"][voice] = {k: float(v) for k, v in stages.items()}
 
@@ -394,7 +402,7 @@ class Ledger:
         if window["busy"] or ratio > 1.0:
             ratio = min(2.0, max(0.5, ratio))
             factor = 1.0 - CORRECTION + CORRECTION * ratio
-            for voice in list(state["capacity"]):
+            for voice in [v for v in state["capacity"] if state["source"].get(v) != "pinned"]:
                 state["capacity"][voice] = float(state["capacity"][voice]) * factor
                 state["source"][voice] = "live"
         state["window"] = {"start": now, "used": 0.0, "busy": load.text_work_s >= BUSY_BACKLOG_S}
@@ -435,6 +443,9 @@ def measure_capacity(
     }
 
 
+RETRIES = 100  # of a sentence the stages refused for a full queue, 50 ms apart
+
+
 def _measure_voice(
     grpc_url: str, model: str, text: str, stages: list[str], count: int
 ) -> tuple[float, dict[str, float]]:
@@ -454,11 +465,20 @@ def _measure_voice(
         }
 
     def one(_: int) -> float:
+        from tritonclient.utils import InferenceServerException
+
         own = grpcclient.InferenceServerClient(grpc_url)
         try:
             tensor = grpcclient.InferInput("TEXT", [1, 1], "BYTES")
             tensor.set_data_from_numpy(np.array([[text.encode("utf-8")]], dtype=np.object_))
-            result = own.infer(model, [tensor])
+            for attempt in itertools.count():
+                try:
+                    result = own.infer(model, [tensor])
+                    break
+                except InferenceServerException as err:  # a stage queue bounded below the burst
+                    if "StatusCode.UNAVAILABLE" not in str(err.status()) or attempt >= RETRIES:
+                        raise
+                    time.sleep(0.05)
             rate = int(result.as_numpy("SAMPLE_RATE").reshape(-1)[0])
             return float(result.as_numpy("AUDIO").size / rate)
         finally:
