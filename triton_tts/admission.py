@@ -45,6 +45,7 @@ import os
 import re
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -66,6 +67,7 @@ MIN_TEXT_SHARE = 0.1  # of the machine texts are counted on, however many listen
 WINDOW_S = 3.0  # capacity is corrected from windows this long
 CORRECTION = 0.3  # weight of one busy window's throughput in the capacity
 BUSY_BACKLOG_S = 0.5  # texts' work waiting, machine-seconds, for a window to count as busy
+EPSILON = 1e-9  # sums of shares that are exactly at a bound are within it
 STATE_FILE = "ledger.json"
 LOCK_FILE = "ledger.lock"
 # Clients recognise a refusal for load by these words and read its hint (retry_after).
@@ -127,10 +129,12 @@ class Work:
     caller: str  # "" for unnamed callers
     remaining_s: float  # machine-seconds of synthesis not done yet
     first_s: float = 0.0  # streams: machine-seconds of the first chunk, until it is done
-    rate: float = 0.0  # streams: share of the machine its listener needs while it generates
+    rate: float = 0.0  # streams: audio seconds per second its listener needs (1 when paced)
     pid: int = field(default_factory=os.getpid)
     admitted_at: float = field(default_factory=time.time)
     ends_at: float = 0.0  # streams: when its generation should end (its audio less the lead)
+    # the line's own key: request ids are the clients' and need not be unique
+    key: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
 @dataclass(frozen=True)
@@ -230,7 +234,7 @@ class Ledger:
             capacity={v: float(c) for v, c in state["capacity"].items()},
             text_work_s=sum(w.remaining_s for w in work if w.kind == "text"),
             first_work_s=sum(w.first_s for w in work if w.kind == "stream"),
-            stream_demand=sum(w.rate for w in work if w.kind == "stream"),
+            stream_demand=sum(w.rate / self._capacity(state, w.voice) for w in work if w.kind == "stream"),
             texts=sum(w.kind == "text" for w in work),
             streams=sum(w.kind == "stream" for w in work),
         )
@@ -276,24 +280,24 @@ class Ledger:
             try:
                 if s.max_texts and load.texts >= s.max_texts:
                     raise Refused(f"{load.texts} texts in progress, the most tts takes", 1.0)
-                wait = load.text_wait_s
-                if wait > s.text_budget_s:
-                    raise Refused(
-                        f"a text would wait ~{wait:.1f} s for the work admitted ahead of it "
-                        f"(tts waits at most {s.text_budget_s:g} s)",
-                        wait - s.text_budget_s,
-                    )
                 if caller:
                     own = (
                         sum(w["remaining_s"] for w in state["work"] if w["caller"] == caller)
                         / load.text_share
                     )
                     allowed = s.caller_share * s.text_budget_s
-                    if own > allowed:
+                    if own > allowed + EPSILON:
                         raise Refused(
                             f"caller {caller!r} has ~{own:.1f} s of work admitted (its share: {allowed:g} s)",
                             own - allowed,
                         )
+                wait = self._text_wait(state, load, caller)
+                if wait > s.text_budget_s + EPSILON:
+                    raise Refused(
+                        f"a text would wait ~{wait:.1f} s for the work admitted ahead of it "
+                        f"(tts waits at most {s.text_budget_s:g} s)",
+                        wait - s.text_budget_s,
+                    )
             except Refused:
                 state["demanded"]["refused"] += audio_s
                 raise
@@ -311,19 +315,19 @@ class Ledger:
         with self._state() as state:
             load = self._load(state)
             capacity = self._capacity(state, voice)
-            rate = 1.0 / capacity if s.paced else 0.0
+            rate = 1.0 / capacity if s.paced else 0.0  # of the machine
             first = first_audio_s / capacity
             try:
                 if s.max_streams and load.streams >= s.max_streams:
                     raise Refused(f"{load.streams} streams in progress, the most tts_stream takes", 1.0)
-                if load.first_work_s > s.first_chunk_budget_s:
+                if load.first_work_s > s.first_chunk_budget_s + EPSILON:
                     raise Refused(
                         f"a first chunk would wait ~{load.first_work_s:.1f} s for those ahead of it "
                         f"(at most {s.first_chunk_budget_s:g} s)",
                         load.first_work_s - s.first_chunk_budget_s,
                     )
                 room = 1.0 - s.stream_headroom
-                if s.paced and load.stream_demand + rate > room:
+                if s.paced and load.stream_demand + rate > room + EPSILON:
                     raise Refused(
                         f"{load.streams} listeners take {load.stream_demand:.0%} of capacity "
                         f"(at most {room:.0%}: another would hear gaps)",
@@ -336,9 +340,11 @@ class Ledger:
                     )
                 if caller and s.paced:
                     own = sum(
-                        w["rate"] for w in state["work"] if w["caller"] == caller and w["kind"] == "stream"
+                        float(w["rate"]) / self._capacity(state, w["voice"])
+                        for w in state["work"]
+                        if w["caller"] == caller and w["kind"] == "stream"
                     )
-                    if own + rate > s.caller_share * room:
+                    if own + rate > s.caller_share * room + EPSILON:
                         raise Refused(
                             f"caller {caller!r} has listeners taking {own:.0%} of capacity, "
                             f"its share is {s.caller_share * room:.0%}",
@@ -355,12 +361,25 @@ class Ledger:
                 caller,
                 0.0 if s.paced else audio_s / capacity,
                 first,
-                rate,
+                1.0 if s.paced else 0.0,
                 ends_at=now + max(0.0, audio_s - lead_s),
             )
             state["work"].append(asdict(work))
             state["demanded"]["admitted"] += audio_s
             return work
+
+    def _text_wait(self, state: dict[str, Any], load: Load, caller: str) -> float:
+        """The wait of a new text from ``caller``: the texts' work ahead of it, where each
+        other named caller counts for at most its share (what it has beyond that runs
+        interleaved with the newcomer's chunks, and that caller is refused more until it
+        is done), plus the first chunks ahead, over the share listeners leave."""
+        cap = self.settings.caller_share * self.settings.text_budget_s * load.text_share
+        per_caller: dict[str, float] = {}
+        for w in state["work"]:
+            if w["kind"] == "text":
+                per_caller[w["caller"]] = per_caller.get(w["caller"], 0.0) + float(w["remaining_s"])
+        ahead = sum(work if who in ("", caller) else min(work, cap) for who, work in per_caller.items())
+        return (ahead + load.first_work_s) / load.text_share
 
     def _next_end(self, state: dict[str, Any], caller: str | None = None) -> float:
         ends = [
@@ -380,7 +399,7 @@ class Ledger:
                 state["source"][work.voice] = "default"
             capacity = self._capacity(state, work.voice)
             for line in state["work"]:
-                if line["id"] == work.id and line["pid"] == work.pid:
+                if line["key"] == work.key:
                     line["remaining_s"] = max(0.0, float(line["remaining_s"]) - audio_s / capacity)
                     if first:
                         line["first_s"] = 0.0
@@ -409,7 +428,7 @@ class Ledger:
 
     def release(self, work: Work) -> None:
         with self._state() as state:
-            state["work"] = [w for w in state["work"] if not (w["id"] == work.id and w["pid"] == work.pid)]
+            state["work"] = [w for w in state["work"] if w["key"] != work.key]
 
     def demanded(self) -> dict[str, float]:
         """Audio seconds asked for since the server started, admitted and refused."""
