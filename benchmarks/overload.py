@@ -13,8 +13,8 @@ here, so every attempt is seen. Per level:
 - with ``--stream``: ``tts_stream``, and the accepted streams' time to their first audio.
 
     python -m benchmarks.overload                       # default build, own server
-    python -m benchmarks.overload --set long_text_queue_size=0 --out results/overload-unbounded.json
-    python -m benchmarks.overload --stream --levels 8 64  # tts_stream (bounded by --max-streams)
+    python -m benchmarks.overload --set admission=requests --set max_texts=12 --out results/counts.json
+    python -m benchmarks.overload --stream --levels 8 64  # tts_stream (admitted by demand)
     python -m benchmarks.overload --url localhost:8001  # a running server
     python -m benchmarks.overload --levels 1 4 --seconds 3    # smoke
 
@@ -263,8 +263,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "protocol": args.protocol,
             "server": args.url or "own, " + ", ".join(args.set or ["default build"]),
             "admission": {
-                "long_text_instances": options.long_text_instances,
-                "long_text_queue_size": options.long_text_queue_size,
+                "admission": options.admission,
+                "text_budget_ms": options.text_budget_ms,
+                "first_chunk_budget_ms": options.first_chunk_budget_ms,
+                "stream_headroom_pct": options.stream_headroom_pct,
+                "max_texts": options.max_texts,
                 "max_streams": options.max_streams,
             },
             "seconds_per_level": args.seconds,

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tritonclient.grpc as grpcclient
@@ -31,6 +32,7 @@ from triton_tts.admission import (
     AdmissionSettings,
     Ledger,
     Refused,
+    Work,
     busy_message,
     retry_after,
 )
@@ -208,7 +210,7 @@ def test_the_ledger_stays_consistent(
     """Whatever comes in any order: no negative work, the ledger holds exactly what was
     admitted and not released, and every text admitted found its wait within budget."""
     book = ledger(tmp_path_factory.mktemp("ledger"), text_budget_s=5.0)
-    held = []
+    held: list[Work] = []
     for kind, seconds in steps:
         before = book.load()
         try:
@@ -259,12 +261,12 @@ def test_a_one_sentence_flood_below_capacity_is_served(server: TritonServer) -> 
     sentence = SENTENCES[1]
 
     def caller(index: int) -> None:
-        if index % 2:
-            client = grpcclient.InferenceServerClient(server.grpc_url)
-            lib = grpcclient
-        else:
-            client = httpclient.InferenceServerClient(server.http_url, network_timeout=300)
-            lib = httpclient  # type: ignore[assignment]
+        lib: Any = grpcclient if index % 2 else httpclient
+        client: Any = (
+            grpcclient.InferenceServerClient(server.grpc_url)
+            if index % 2
+            else httpclient.InferenceServerClient(server.http_url, network_timeout=300)
+        )
         try:
             for _ in range(2):
                 assert client.infer("tts", tts_inputs(lib, sentence)).as_numpy("AUDIO").size > 22050

@@ -1,9 +1,11 @@
-"""The autoscaling signal: the chart's recording rule run by promtool on synthetic traffic
-of every mix, and on the counters a real tritonserver exports.
+"""The autoscaling signals: the chart's recording rules run by promtool on synthetic traffic
+of every mix, and on the series a real tritonserver exports.
 
-The signal is the average queue time per request at the stage models, per pod (definition
-and reasons: helm/triton-tts/templates/_autoscaling.tpl). The rule group is taken from the
-chart as helm renders it, so what is tested is what is deployed.
+Two signals, per pod (definitions and reasons: helm/triton-tts/templates/_autoscaling.tpl):
+the average queue time per request at the stage models, and demand over capacity (audio
+asked of tts and tts_stream per second over the audio the pod makes per second, summed
+over voices). The rule group is taken from the chart as helm renders it, so what is tested
+is what is deployed.
 """
 
 from __future__ import annotations
@@ -33,6 +35,14 @@ SCRAPE = 15  # seconds between samples, as the chart's ServiceMonitor / PodMonit
 QUEUE = "nv_inference_queue_duration_us"
 SUCCESS = "nv_inference_request_success"
 ENTRY_MODELS = ("tts", "tts_stream", "tts_chunk")
+DEMANDED = "triton_tts_demanded_audio_seconds_total"
+CAPACITY = "triton_tts_capacity_audio_seconds_per_second"
+QUEUE_SERIES = "triton_tts:stage_queue_us_per_request:rate1m"
+DEMAND_SERIES = "triton_tts:demand_capacity_ratio:rate1m"
+# What admission predicts of one text chunk (seconds of audio), and the instances of each
+# model that counts demand: every instance has its own series, of its own requests.
+AUDIO_PER_CHUNK = 3
+INSTANCES = {"tts": 2, "tts_stream": 2}
 
 
 @pytest.fixture(scope="session")
@@ -46,10 +56,18 @@ def promtool() -> Path:
 
 
 @dataclass(frozen=True)
+class Signal:
+    series: str  # the recorded series
+    expr: str  # its recording rule's PromQL
+    adapter_query: str  # prometheus-adapter's metricsQuery for the HPA's custom metric
+    custom_metric: str  # the name the HPA reads it by
+
+
+@dataclass(frozen=True)
 class Rules:
     groups: dict[str, Any]  # the recording rule group, as Prometheus loads it
-    series: str  # the recorded series
-    adapter_query: str  # prometheus-adapter's metricsQuery for the HPA's custom metric
+    queue: Signal
+    demand: Signal
 
 
 @pytest.fixture(scope="module")
@@ -59,14 +77,17 @@ def rules(helm: Path) -> Rules:
     )
     config_map = by_kind(docs, "ConfigMap")["data"]
     groups = yaml.safe_load(config_map["recording-rules.yaml"])
-    assert groups == by_kind(docs, "PrometheusRule")["spec"]  # one rule, two ways to load it
-    (record,) = groups["groups"][0]["rules"]
-    (adapter,) = [
-        r
-        for r in yaml.safe_load(config_map["config.yaml"])["rules"]
-        if r["seriesQuery"].startswith(record["record"])
-    ]
-    return Rules(groups, record["record"], adapter["metricsQuery"])
+    assert groups == by_kind(docs, "PrometheusRule")["spec"]  # one group, two ways to load it
+    (group,) = groups["groups"]
+    records = {r["record"]: r["expr"] for r in group["rules"]}
+    assert set(records) == {QUEUE_SERIES, DEMAND_SERIES}
+    adapter_rules = yaml.safe_load(config_map["config.yaml"])["rules"]
+
+    def signal(series: str) -> Signal:
+        (adapter,) = [r for r in adapter_rules if r["seriesQuery"].startswith(series + "{")]
+        return Signal(series, records[series], adapter["metricsQuery"], adapter["name"]["as"])
+
+    return Rules(groups, signal(QUEUE_SERIES), signal(DEMAND_SERIES))
 
 
 def pod(name: str) -> str:
@@ -81,12 +102,44 @@ class Traffic:
     (a ``tts_chunk`` call is one chunk). Each chunk is one request at each stage of its
     voice (``acoustic`` or ``acoustic__ljs``...), as the real server counts them
     (test_triton_exports_what_the_rule_reads).
+
+    Demand: tts and tts_stream count each request's predicted audio (AUDIO_PER_CHUNK a
+    chunk), admitted (``entry``) or refused by admission (``refused``, which never reach
+    the stages), each instance its own; a direct tts_chunk call is not counted (an
+    ensemble, no Python of ours in front of it). Every instance publishes the voice's
+    ``capacity``, the same value (the server's ledger); None: not published yet.
     """
 
     entry: dict[str, tuple[int, int]] = field(default_factory=dict)
     wait_us: dict[str, int] = field(default_factory=dict)  # per stage request, by stage model
     voice: str = ""  # "" for the default voice, or a suffix such as "__ljs"
     until_s: int | None = None  # traffic stops here (then the pod is idle)
+    refused: dict[str, tuple[int, int]] = field(default_factory=dict)  # like entry
+    capacity: Fraction | None = Fraction(10)  # audio seconds per second, when busy
+
+    @property
+    def voice_name(self) -> str:
+        return self.voice.removeprefix("__") or "joe"
+
+    def demand_increments(self) -> dict[tuple[str, int, str], int]:
+        """Demanded audio seconds per scrape interval: (model, instance, outcome) -> value,
+        shared unevenly between the model's instances."""
+        inc: dict[tuple[str, int, str], int] = {}
+        for outcome, traffic in (("admitted", self.entry), ("refused", self.refused)):
+            for model, count in INSTANCES.items():
+                requests, chunks = traffic.get(model, (0, 0))
+                asked = requests * chunks * AUDIO_PER_CHUNK
+                shares = [asked - asked // 3, asked // 3] + [0] * (count - 2)
+                for instance, share in enumerate(shares):
+                    inc[model, instance, outcome] = share
+        return inc
+
+    def demand(self) -> Fraction:
+        """Audio seconds asked per second over capacity."""
+        if self.capacity is None:
+            return Fraction(0)
+        asked = sum(self.demand_increments().values())
+        return Fraction(asked, SCRAPE) / self.capacity
 
     def increments(self) -> dict[tuple[str, str], int]:
         """Counter increments per scrape interval: (metric, model) -> value."""
@@ -144,13 +197,30 @@ class Scenario:
                 series.append(
                     {"series": selector(metric, labels), "values": counter_values(7919, step, samples, until)}
                 )
+            for traffic in voices:
+                series += traffic_demand_series(name, traffic, samples, until)
         for labels in self.other_pods.values():
             for metric, step in ((QUEUE, 5_000_000), (SUCCESS, 10)):
                 series.append(
                     {"series": selector(metric, {**labels, "model": "vocoder", "version": "1"}),
                      "values": f"0+{step}x{samples}"}
                 )  # fmt: skip
+            other = {**labels, "model": "tts", "model_instance": "tts_0_0:77", "voice": "joe"}
+            series.append(
+                {"series": selector(DEMANDED, {**other, "outcome": "admitted"}), "values": f"0+300x{samples}"}
+            )
+            series.append({"series": selector(CAPACITY, other), "values": f"1+0x{samples}"})
         return series
+
+    def expected_demand(self) -> dict[str, int]:
+        """Each pod's demand over capacity, in thousandths (integers by construction)."""
+        values = {}
+        for name, voices in self.pods.items():
+            active = [t for t in voices if t.until_s is None or t.until_s > self.eval_s]
+            exact = sum((t.demand() for t in active), Fraction(0)) * 1000
+            assert exact.denominator == 1, f"{self.name}: choose demand of whole thousandths"
+            values[name] = int(exact)
+        return values
 
     def expected(self) -> dict[str, int]:
         """The queue time each pod's stage requests really had (integers by construction)."""
@@ -166,6 +236,36 @@ class Scenario:
         return values
 
 
+def traffic_demand_series(
+    pod_name: str, traffic: Traffic, samples: int, until: int | None
+) -> list[dict[str, str]]:
+    """One voice's demanded counters and capacity gauges on one pod, for every instance."""
+    series = []
+    for model, count in INSTANCES.items():
+        for instance in range(count):
+            labels = {
+                "namespace": NAMESPACE,
+                "pod": pod_name,
+                "job": "tts-triton-tts",
+                "container": "tritonserver",
+            }
+            labels |= {"model": model, "model_instance": f"{model}_0_{instance}:{4242 + instance}"}
+            labels["voice"] = traffic.voice_name
+            for outcome in ("admitted", "refused"):
+                step = traffic.demand_increments()[model, instance, outcome]
+                series.append(
+                    {
+                        "series": selector(DEMANDED, {**labels, "outcome": outcome}),
+                        "values": counter_values(613, step, samples, until),
+                    }
+                )
+            if traffic.capacity is not None:  # the ledger's value, the same in every instance
+                series.append(
+                    {"series": selector(CAPACITY, labels), "values": f"{float(traffic.capacity)}+0x{samples}"}
+                )
+    return series
+
+
 def is_stage(model: str) -> bool:
     return model.split("__", maxsplit=1)[0] in STAGES
 
@@ -176,20 +276,35 @@ def selector(metric: str, labels: dict[str, str]) -> str:
 
 WAITS = {"preprocess": 1_000, "acoustic": 2_000, "vocoder": 6_000, "postprocess": 1_000}  # mean 2,500 us
 
+# Demand: each request x chunk per interval asks AUDIO_PER_CHUNK / SCRAPE = 0.2 s of audio
+# per second; the capacities make the figures round (test_scenarios_expect_the_demand...).
 SCENARIOS = [
     Scenario(
         "idle",
-        {pod("idle1"): [Traffic()], pod("idle2"): [Traffic({"tts": (3, 2)}, WAITS, until_s=120)]},
+        {
+            pod("idle1"): [Traffic()],
+            pod("idle2"): [Traffic({"tts": (3, 2)}, WAITS, until_s=120)],
+            pod("idle3"): [Traffic(capacity=None)],  # never served: no capacity published
+        },
     ),
-    Scenario("tts_only", {pod("short"): [Traffic({"tts": (2, 1)}, WAITS)]}),
-    Scenario("tts_stream_only", {pod("stream"): [Traffic({"tts_stream": (3, 4)}, WAITS)]}),
+    Scenario("tts_only", {pod("short"): [Traffic({"tts": (2, 1)}, WAITS, capacity=Fraction(4, 5))]}),
+    Scenario(
+        "tts_stream_only", {pod("stream"): [Traffic({"tts_stream": (3, 4)}, WAITS, capacity=Fraction(6))]}
+    ),
     Scenario("long_texts", {pod("long"): [Traffic({"tts": (1, 40)}, WAITS)]}),
     Scenario(
         "mixed",
         {
             pod("mixed"): [
-                Traffic({"tts": (1, 2), "tts_stream": (2, 3), "tts_chunk": (4, 1)}, WAITS),
-                Traffic({"tts_stream": (1, 4)}, {"acoustic": 3_000, "vocoder": 9_000}, voice="__ljs"),
+                Traffic(
+                    {"tts": (1, 2), "tts_stream": (2, 3), "tts_chunk": (4, 1)}, WAITS, capacity=Fraction(8)
+                ),
+                Traffic(
+                    {"tts_stream": (1, 4)},
+                    {"acoustic": 3_000, "vocoder": 9_000},
+                    voice="__ljs",
+                    capacity=Fraction(2),
+                ),
             ]
         },
         # another release's pod (blue/green) and another namespace: not this release's series
@@ -201,7 +316,14 @@ SCENARIOS = [
     Scenario(
         "one_saturated_among_idle",
         {
-            pod("hot"): [Traffic({"tts_stream": (4, 5)}, {**WAITS, "vocoder": 400_000})],
+            pod("hot"): [
+                Traffic(
+                    {"tts_stream": (4, 5)},
+                    {**WAITS, "vocoder": 400_000},
+                    refused={"tts_stream": (2, 5)},  # admission refuses a third of what is asked
+                    capacity=Fraction(4),
+                )
+            ],
             pod("cold1"): [Traffic()],
             pod("cold2"): [Traffic()],
         },
@@ -216,7 +338,21 @@ def test_scenarios_expect_the_queue_time_their_traffic_had() -> None:
     by_name = {s.name: s for s in SCENARIOS}
     assert by_name["tts_stream_only"].expected() == {pod("stream"): 2_500}
     assert list(by_name["long_texts"].expected().values()) == list(by_name["tts_only"].expected().values())
-    assert by_name["idle"].expected() == {pod("idle1"): 0, pod("idle2"): 0}
+    assert by_name["idle"].expected() == {pod("idle1"): 0, pod("idle2"): 0, pod("idle3"): 0}
+
+
+def test_scenarios_expect_the_demand_their_traffic_had() -> None:
+    """Demand over capacity, by hand: one voice asked half its capacity reads 0.5; long
+    texts are more work than short ones; two voices add up, each over its own capacity
+    (direct tts_chunk calls are not counted); refused demand counts, so a saturated pod
+    reads above 1; idle pods read 0, with capacity published or not."""
+    by_name = {s.name: s.expected_demand() for s in SCENARIOS}
+    assert by_name["tts_only"] == {pod("short"): 500}
+    assert by_name["tts_stream_only"] == {pod("stream"): 400}
+    assert by_name["long_texts"] == {pod("long"): 800}  # 8 s of audio asked per second, of 10
+    assert by_name["mixed"] == {pod("mixed"): 200 + 400}  # joe 1.6 of 8, ljs 0.8 of 2
+    assert by_name["one_saturated_among_idle"] == {pod("hot"): 1500, pod("cold1"): 0, pod("cold2"): 0}
+    assert by_name["idle"] == {pod("idle1"): 0, pod("idle2"): 0, pod("idle3"): 0}
 
 
 def run_promtool(promtool: Path, folder: Path, rules: Rules, tests: list[dict[str, Any]]) -> None:
@@ -234,24 +370,27 @@ def run_promtool(promtool: Path, folder: Path, rules: Rules, tests: list[dict[st
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def adapter_query(rules: Rules, pods: list[str]) -> str:
+def adapter_query(signal: Signal, pods: list[str]) -> str:
     """The adapter's metricsQuery as prometheus-adapter fills it in for the HPA's pods."""
     return (
-        rules.adapter_query.replace("<<.Series>>", rules.series)
+        signal.adapter_query.replace("<<.Series>>", signal.series)
         .replace("<<.LabelMatchers>>", f'namespace="{NAMESPACE}",pod=~"{"|".join(pods)}"')
         .replace("<<.GroupBy>>", "pod")
     )
 
 
-def promtool_case(rules: Rules, scenario: Scenario) -> dict[str, Any]:
-    expected = scenario.expected()
+def promtool_case(
+    signal: Signal, scenario: Scenario, expected: dict[str, int], scale: int = 1
+) -> dict[str, Any]:
+    """The recorded series and the adapter's answer, each pod's ``expected`` value in units
+    of 1/``scale`` (compared rounded to whole units)."""
     return {
-        "name": scenario.name,
+        "name": f"{signal.series}: {scenario.name}",
         "interval": f"{SCRAPE}s",
         "input_series": scenario.input_series(),
         "promql_expr_test": [
-            {  # the recorded series: one per pod of this release, rounded to whole microseconds
-                "expr": f"round({rules.series})",
+            {  # the recorded series: one per pod of this release
+                "expr": f"round({scale} * {signal.series})",
                 "eval_time": f"{scenario.eval_s}s",
                 "exp_samples": [
                     {"labels": selector("", {"namespace": NAMESPACE, "pod": name}), "value": value}
@@ -259,7 +398,7 @@ def promtool_case(rules: Rules, scenario: Scenario) -> dict[str, Any]:
                 ],
             },
             {  # what the HPA receives through prometheus-adapter
-                "expr": f"round({adapter_query(rules, sorted(expected))})",
+                "expr": f"round({scale} * {adapter_query(signal, sorted(expected))})",
                 "eval_time": f"{scenario.eval_s}s",
                 "exp_samples": [
                     {"labels": selector("", {"pod": name}), "value": value}
@@ -285,8 +424,9 @@ def test_rule_selects_the_releases_pods_even_with_long_names(
         [*command, "--set", "prometheusRule.enabled=true"], capture_output=True, text=True, check=True
     )
     docs = [d for d in yaml.safe_load_all(done.stdout) if d]
-    expr = by_kind(docs, "PrometheusRule")["spec"]["groups"][0]["rules"][0]["expr"]
-    (pattern,) = set(re.findall(r'pod=~"([^"]+)"', expr))
+    exprs = [r["expr"] for r in by_kind(docs, "PrometheusRule")["spec"]["groups"][0]["rules"]]
+    assert len(exprs) == 2
+    (pattern,) = {p for expr in exprs for p in re.findall(r'pod=~"([^"]+)"', expr)}  # every rule, one
     name = fullname or f"{release}-triton-tts"
     pod_name = f"{name}-{POD_TEMPLATE_HASH}-"[:58] + "x7k2q"
     assert re.fullmatch(pattern, pod_name), (pattern, pod_name)
@@ -298,7 +438,46 @@ def test_rule_selects_the_releases_pods_even_with_long_names(
 def test_rule_reads_the_real_queue_time_for_every_mix_of_traffic(
     promtool: Path, rules: Rules, scenario: Scenario, tmp_path: Path
 ) -> None:
-    run_promtool(promtool, tmp_path, rules, [promtool_case(rules, scenario)])
+    run_promtool(promtool, tmp_path, rules, [promtool_case(rules.queue, scenario, scenario.expected())])
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
+def test_demand_rule_reads_demand_over_capacity_for_every_mix_of_traffic(
+    promtool: Path, rules: Rules, scenario: Scenario, tmp_path: Path
+) -> None:
+    """Demanded seconds summed over every instance and both outcomes, over each voice's
+    capacity taken once however many instances publish it, summed over voices (in
+    thousandths)."""
+    case = promtool_case(rules.demand, scenario, scenario.expected_demand(), scale=1000)
+    run_promtool(promtool, tmp_path, rules, [case])
+
+
+@pytest.mark.parametrize(
+    ("values", "signal", "target"),
+    [([], "queue", "20000"), (["--set", "autoscaling.signal=demand"], "demand", "0.7")],
+)
+def test_the_hpa_reads_the_chosen_signal_through_the_adapter(
+    helm: Path, rules: Rules, values: list[str], signal: str, target: str
+) -> None:
+    """autoscaling.signal picks the HPA's metric (queue time by default); the adapter
+    exposes both, each reading its recorded series."""
+    docs = render(
+        helm, "--set", "autoscaling.enabled=true", "--set", "prometheusAdapterRules.enabled=true", *values
+    )
+    chosen = rules.queue if signal == "queue" else rules.demand
+    (metric,) = by_kind(docs, "HorizontalPodAutoscaler")["spec"]["metrics"]
+    assert metric == {
+        "type": "Pods",
+        "pods": {
+            "metric": {"name": chosen.custom_metric},
+            "target": {"type": "AverageValue", "averageValue": target},
+        },
+    }
+    exposed = yaml.safe_load(by_kind(docs, "ConfigMap")["data"]["config.yaml"])["rules"]
+    reads = {r["name"]["as"]: r["seriesQuery"].split("{")[0] for r in exposed}
+    assert reads[rules.queue.custom_metric] == QUEUE_SERIES
+    assert reads[rules.demand.custom_metric] == DEMAND_SERIES
+    assert "triton_tts_demanded" not in chosen.adapter_query  # the PromQL lives in the rule only
 
 
 # --- the same rule on the counters of a real tritonserver --------------------------------------
@@ -358,7 +537,7 @@ def stream(url: str, text: str) -> int:
 
 
 def stage_regex(rules: Rules) -> re.Pattern[str]:
-    expr = rules.groups["groups"][0]["rules"][0]["expr"]
+    expr = rules.queue.expr
     patterns = set(re.findall(r'model=~"([^"]+)"', expr))
     assert len(patterns) == 1, patterns  # numerator and denominator select the same models
     return re.compile(patterns.pop())
@@ -417,7 +596,7 @@ def test_triton_exports_what_the_rule_reads(
     waited = sum(delta[QUEUE][m] for m in served if is_stage(m))
     requests = sum(delta[SUCCESS][m] for m in served if is_stage(m))
     expected = waited / requests
-    check = f'abs({rules.series}{{pod="{pod("real1")}"}} - {expected!r}) < bool 0.001'
+    check = f'abs({rules.queue.series}{{pod="{pod("real1")}"}} - {expected!r}) < bool 0.001'
     run_promtool(
         promtool,
         tmp_path,
@@ -425,6 +604,77 @@ def test_triton_exports_what_the_rule_reads(
         [
             {
                 "name": "real tritonserver counters, stream only",
+                "interval": "30s",
+                "input_series": series,
+                "promql_expr_test": [
+                    {
+                        "expr": check,
+                        "eval_time": "60s",
+                        "exp_samples": [
+                            {
+                                "labels": selector("", {"namespace": NAMESPACE, "pod": pod("real1")}),
+                                "value": 1,
+                            }
+                        ],
+                    }
+                ],
+            }
+        ],
+    )
+
+
+def test_triton_exports_what_the_demand_rule_reads(
+    server: TritonServer, promtool: Path, rules: Rules, tmp_path: Path
+) -> None:
+    """The TTS series the demand rule reads, as a real tritonserver exports them: the
+    demanded counter per instance, voice and outcome; the capacity gauge per instance and
+    voice, once an instance has executed (the same value in each); then the rule on them
+    reads what a minute with one stream asked, over the measured capacity."""
+    before, types = scrape(server)
+    chunks = stream(server.grpc_url, "Hello there. This answer is streamed. It has three sentences.")
+    after, types = scrape(server)
+    assert chunks >= 2
+    assert types.get(DEMANDED) == "counter" and types.get(CAPACITY) == "gauge"
+    demanded = {labels: value for (name, labels), value in after.items() if name == DEMANDED}
+    capacity = {labels: value for (name, labels), value in after.items() if name == CAPACITY}
+    assert demanded and capacity
+    for labels in demanded:
+        assert set(dict(labels)) == {"model", "model_instance", "voice", "outcome"}, sorted(labels)
+        assert (DEMANDED, labels) in before  # every instance counts from load on (idle reads 0)
+    for labels in capacity:
+        assert set(dict(labels)) == {"model", "model_instance", "voice"}, sorted(labels)
+    # one ledger: every instance publishes its value (an instance that has not executed
+    # since the ledger corrected it shows the older one; the rule takes max)
+    per_voice: dict[str, set[float]] = {}
+    for labels, value in capacity.items():
+        per_voice.setdefault(dict(labels)["voice"], set()).add(value)
+    assert all(min(values) > 0 for values in per_voice.values()), per_voice
+
+    asked: dict[str, float] = {}
+    for labels, value in demanded.items():
+        voice = dict(labels)["voice"]
+        asked[voice] = asked.get(voice, 0.0) + value - before[DEMANDED, labels]
+    assert sum(asked.values()) > 0
+    # the rule's rate over one minute: what was asked between the scrapes, per second
+    expected = sum(asked[v] / 60 / max(per_voice[v]) for v in per_voice if v in asked)
+    assert expected > 0
+
+    series = []
+    for labels, value in demanded.items():
+        labels_out = {"namespace": NAMESPACE, "pod": pod("real1"), **dict(labels)}
+        start = before[DEMANDED, labels]
+        series.append({"series": selector(DEMANDED, labels_out), "values": f"{start!r} {start!r} {value!r}"})
+    for labels, value in capacity.items():
+        labels_out = {"namespace": NAMESPACE, "pod": pod("real1"), **dict(labels)}
+        series.append({"series": selector(CAPACITY, labels_out), "values": f"{value!r} {value!r} {value!r}"})
+    check = f'abs({rules.demand.series}{{pod="{pod("real1")}"}} - {expected!r}) < bool 0.0001'
+    run_promtool(
+        promtool,
+        tmp_path,
+        rules,
+        [
+            {
+                "name": "real tritonserver series, one stream",
                 "interval": "30s",
                 "input_series": series,
                 "promql_expr_test": [

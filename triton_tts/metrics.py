@@ -17,10 +17,9 @@ Outcomes (``triton_tts_requests_total{reason}``), counted once per request:
 - ``ok``: all audio delivered;
 - ``invalid``: refused as malformed (INVALID_ARG: TEXT, options, voice, a chunk preprocess
   refused);
-- ``busy``: refused for load: a stream beyond ``max_streams``, or a chunk the stages
-  refused (UNAVAILABLE, their queue full). A ``tts`` request that Triton itself refuses
-  (its queue full or timed out) never reaches this code: that is Triton's
-  ``nv_inference_request_failure{model="tts",reason="REJECTED"}``;
+- ``busy``: refused for load: by admission (triton_tts/admission.py: the work ahead past
+  the budget, the listeners' demand past capacity, a caller past its share, a safety
+  bound), or a chunk the stages refused (UNAVAILABLE, their queue full);
 - ``cancelled``: the client cancelled or went away (gRPC), or the request's own timeout
   passed (see :class:`triton_tts.bls.Cancellation`);
 - ``failed``: anything else (a chunk's internal error, a dead stage instance).

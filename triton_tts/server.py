@@ -276,8 +276,8 @@ class TritonServer:
         voices = {}
         for v in served:
             chunk = v["model"]
-            stages = [chunk.replace("tts_chunk", stage, 1) for stage in ("preprocess", "acoustic", "vocoder")]
-            voices[v["name"]] = (chunk, is_chinese(v.get("language", "")), stages)
+            models = [chunk.replace("tts_chunk", stage, 1) for stage in ("preprocess", "acoustic", "vocoder")]
+            voices[v["name"]] = (chunk, is_chinese(v.get("language", "")), models)
         self.capacity = measure_capacity(self.grpc_url, voices)
         assert self.admission_dir is not None
         ledger = Ledger(self.admission_dir)

@@ -301,14 +301,16 @@ async def parse_speech(
     if voice is not None and not isinstance(voice, str):
         raise invalid("'voice' must be a voice name (GET /v1/audio/voices lists them)", "voice")
     name, speaker = await voices.resolve(voice)
-    noise = {}
+    noise: dict[str, float] = {}
     for knob in ("noise_scale", "noise_w"):  # beyond OpenAI's body (its SDK: extra_body)
         if body.get(knob) is not None:
             value = _number(body, knob, 0.0)
             if not 0.0 <= value <= MAX_NOISE:
                 raise invalid(f"'{knob}' {value:g} is outside [0, {MAX_NOISE:g}]", knob)
             noise[knob] = value
-    return SpeechRequest(text, name, speaker, speed, fmt, **noise)
+    return SpeechRequest(
+        text, name, speaker, speed, fmt, noise_scale=noise.get("noise_scale"), noise_w=noise.get("noise_w")
+    )
 
 
 async def open_stream(

@@ -6,9 +6,11 @@ ensemble while earlier ones are being
 delivered. Every response carries AUDIO, SAMPLE_RATE, CHUNK_INDEX and IS_LAST; the final
 flag is always sent (from a ``finally``), also after an error, and a cancelled request
 (the client went away) or one its own ``timeout`` outlives stops before its next chunk
-(triton_tts.bls.Cancellation). Each stream is paced to playback (``lead_ms``,
-triton_tts.pacing): a later chunk starts when the audio sent leads the listener by less;
-its first chunk goes with a priority that overtakes queued work (triton_tts.loopback).
+(triton_tts.bls.Cancellation). A stream is admitted in ``execute`` while the listeners'
+real-time demand fits the server's capacity (triton_tts.admission), then runs in a
+thread. Each stream is paced to playback (``lead_ms``, triton_tts.pacing): a later chunk
+starts when the audio sent leads the listener by less; its chunks go with priorities by
+deadline (triton_tts.bls.Senders, through triton_tts.loopback).
 ``finalize`` ends pacing and waits for streams in flight. The response
 sender is never touched after the final flag. Outcomes, throughput and first-chunk latency
 go to Triton's metrics port (triton_tts.metrics); every error sent back is logged with the
