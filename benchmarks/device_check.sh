@@ -3,7 +3,9 @@
 # Expects: the exported vocoder at voices/joe/vocoder.onnx and onnx2torch's wheel in .whl/.
 # Measures: the exported vocoder through PyTorch on CUDA (onnx2torch), parity with
 # onnxruntime on CPU, throughput per batch size in FP32 and FP16, and the TensorRT
-# profile's corners (up to max batch x the frame budget): latency and peak memory.
+# profile's corners (up to max batch x the frame budget): latency and peak memory, and what
+# admission would take of the GPU: the best batch's audio seconds per second, what the
+# start-up capacity burst's batches reach, and the listeners admitted at the default headroom.
 # Unproven by it: Triton's native backends and TensorRT itself (not on the lent machine).
 # Writes its JSON to ${OUT:-results}/gpu_vocoder.json.
 set -euo pipefail

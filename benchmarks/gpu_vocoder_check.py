@@ -139,6 +139,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("results/gpu_vocoder.json"))
     parser.add_argument("--max-batch", type=int, default=32, help="the profile's max batch")
     parser.add_argument(
+        "--burst-batch",
+        type=int,
+        default=16,
+        help="the batch the capacity burst at start forms (gpu preferred max)",
+    )
+    parser.add_argument(
         "--max-frames", type=int, default=4160, help="the profile's max frames (limits.frame_budget)"
     )
     args = parser.parse_args()
@@ -165,7 +171,35 @@ def main() -> None:
     report["sweep"] = sweep(model, channels, device, args.batches, args.frames, args.repeats, rng)
     corners = [(1, 64), (1, args.max_frames), (8, args.max_frames), (args.max_batch, args.max_frames)]
     report["profile_corners"] = extremes(model, channels, device, corners, rng)
+    report["capacity"] = capacity(report["sweep"], args.burst_batch)
     write_report(args.out, report, tables(report))
+
+
+def capacity(rows: list[dict[str, Any]], burst_batch: int) -> list[dict[str, Any]]:
+    """What admission would take of this GPU (triton_tts/admission.py), per dtype: the
+    vocoder's best throughput, what the start-up burst's batches reach (the capacity
+    measured at start, before live correction), and the listeners 1 - headroom of the
+    best admits. The vocoder is the bulk of the work; the other stages lower it a little."""
+    from triton_tts.admission import AdmissionSettings
+
+    room = 1.0 - AdmissionSettings().stream_headroom
+    out = []
+    for dtype in sorted({r["dtype"] for r in rows}):
+        mine = [r for r in rows if r["dtype"] == dtype]
+        best = max(mine, key=lambda r: r["x_real_time"])
+        burst = max((r for r in mine if r["batch"] <= burst_batch), key=lambda r: r["batch"], default=best)
+        out.append(
+            {
+                "dtype": dtype,
+                "best_batch": best["batch"],
+                "best_x_real_time": best["x_real_time"],
+                "burst_batch": burst["batch"],
+                "burst_x_real_time": burst["x_real_time"],
+                "burst_share_of_best": burst["x_real_time"] / best["x_real_time"],
+                "listeners_admitted": int(room * best["x_real_time"]),
+            }
+        )
+    return out
 
 
 def tables(report: dict[str, Any]) -> list[str]:
@@ -190,6 +224,21 @@ def tables(report: dict[str, Any]) -> list[str]:
             f"| {mib(r['peak_mem_mib'])} |"
         )
     written = ["\n".join(sweep)]
+    if report.get("capacity"):
+        rows = [
+            "What admission takes of it (vocoder only): the best batch, the batch the start-up",
+            "burst forms, and the listeners admitted at the default headroom:",
+            "",
+            "| dtype | best batch | x real time | burst batch | x real time | share | listeners |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for c in report["capacity"]:
+            rows.append(
+                f"| {c['dtype']} | {c['best_batch']} | {c['best_x_real_time']:,.0f} | {c['burst_batch']} "
+                f"| {c['burst_x_real_time']:,.0f} | {c['burst_share_of_best']:.0%} "
+                f"| {c['listeners_admitted']:,} |"
+            )
+        written.append("\n".join(rows))
     if report["profile_corners"]:
         corners = [
             "The profile's corners:",

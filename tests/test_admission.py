@@ -428,3 +428,18 @@ def _text_admitted(server: TritonServer) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def test_the_gpu_check_reports_what_admission_takes_of_a_gpu() -> None:
+    """benchmarks/gpu_vocoder_check.py (run on a lent GPU) derives capacity figures from its
+    batch sweep: the best batch, the batch the start-up burst forms, the listeners admitted."""
+    from benchmarks.gpu_vocoder_check import capacity
+
+    sweep = [
+        {"dtype": "fp16", "batch": b, "x_real_time": x}
+        for b, x in [(1, 100.0), (8, 600.0), (16, 900.0), (32, 1000.0)]
+    ]
+    (row,) = capacity(sweep, burst_batch=16)
+    assert (row["best_batch"], row["burst_batch"]) == (32, 16)
+    assert row["burst_share_of_best"] == pytest.approx(0.9)
+    assert row["listeners_admitted"] == int((1 - AdmissionSettings().stream_headroom) * 1000)
