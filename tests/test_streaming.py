@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,7 @@ from tests.helpers import (
     synthesize,
     wait_until,
 )
+from triton_tts.admission import Ledger
 from triton_tts.chunking import split_text
 from triton_tts.client import AsyncTTSClient, RequestRejected, TTSClient
 from triton_tts.intelligibility import transcribe, word_error_rate
@@ -224,6 +226,13 @@ def test_timeouts_are_reported_as_such(server: TritonServer) -> None:
     with TTSClient(server.grpc_url, "grpc", timeout_s=0.05) as client:
         with pytest.raises(TimedOut):
             client.synthesize(chapter)
+        # A cancelled text's work is admitted work until its chunks in flight are done (it
+        # stops before the next): the stream would be refused for it, not time out.
+        assert server.admission_dir is not None
+        ledger = Ledger(server.admission_dir)
+        deadline = time.monotonic() + 60
+        while ledger.load().texts and time.monotonic() < deadline:
+            time.sleep(0.1)
         with pytest.raises(TimedOut):
             list(client.stream(chapter, speed=0.5))
     # the server shrugs it off
