@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import re
 import tempfile
 import threading
@@ -92,14 +93,21 @@ def describe(options: BuildOptions) -> str:
     )
 
 
-def perf_row(grpc_url: str, input_data: Path, concurrency: int, requests: int, audio_s: float) -> dict[str, Any]:
+def perf_row(
+    grpc_url: str, input_data: Path, concurrency: int, requests: int, audio_s: float
+) -> dict[str, Any]:
     """perf_analyzer at one concurrency; a refusal stops it (no figures then, the error)."""
     try:
         row = perf.run_level(grpc_url, "grpc", input_data, "concurrency", concurrency, requests)
     except RuntimeError as err:
         errors = re.findall(r"had error: (.+)", str(err))
         return {"concurrency": concurrency, "errors": True, "error": errors[0] if errors else str(err)[-300:]}
-    return {"concurrency": concurrency, "errors": False, **row, "x_real_time": row["requests_per_s"] * audio_s}
+    return {
+        "concurrency": concurrency,
+        "errors": False,
+        **row,
+        "x_real_time": row["requests_per_s"] * audio_s,
+    }
 
 
 def listeners(
@@ -194,7 +202,9 @@ def listener_search(
 def bursts(grpc_url: str, size: int, rounds: int, singles: int) -> dict[str, Any]:
     """``rounds`` bursts of ``size`` streams (first chunks only), against ``singles`` streams
     one at a time."""
-    single = [listeners(grpc_url, 1, 0.0, [STREAM_PARAGRAPHS[k % 4]], first_only=True) for k in range(singles)]
+    single = [
+        listeners(grpc_url, 1, 0.0, [STREAM_PARAGRAPHS[k % 4]], first_only=True) for k in range(singles)
+    ]
     single_firsts = [f for s in single for f in s["first_chunk_s"]]
     runs = []
     for _ in range(rounds):
@@ -246,7 +256,8 @@ def serve_variant(name: str, args: argparse.Namespace, listener_count: int | Non
         for clients in args.levels:
             load.append(offered_load(url, "grpc", False, clients, args.seconds))
             logging.info("%d clients: %s", clients, load[-1])
-        voice_capacity = next(iter(capacity.values()))["audio_per_s"] if capacity else 0.0
+        # The first voice is the default one, which every text here is read in.
+        voice_capacity = next(iter(server.capacity.values()))[0] if server.capacity else 0.0
         count = listener_count or max(1, round(LISTENER_SHARE * voice_capacity))
         texts = SENTENCES[:2] if args.quick else STREAM_PARAGRAPHS
         search = listener_search(url, count, args.spread_s, texts, args.search_steps)
@@ -266,8 +277,16 @@ def serve_variant(name: str, args: argparse.Namespace, listener_count: int | Non
     }
 
 
+def gapless(variant: dict[str, Any]) -> str:
+    most, last = variant["most_gapless_listeners"], variant["listeners"][-1]
+    if most is None:
+        return f"{variant['name']}: none (every run had a gap)"
+    clean = not (last["with_gaps"] or last["refused"] or last["failed"])
+    return f"{variant['name']} {most}" + (" (the most tried: more may be)" if clean else "")
+
+
 def _ms(seconds: float) -> str:
-    return "-" if seconds != seconds else f"{1000 * seconds:.0f} ms"  # NaN: nothing measured
+    return "-" if math.isnan(seconds) else f"{1000 * seconds:.0f} ms"  # NaN: nothing measured
 
 
 def tables(results: dict[str, Any]) -> list[str]:
@@ -315,7 +334,8 @@ def tables(results: dict[str, Any]) -> list[str]:
         for r in v["load"]:
             lines.append(
                 f"| {v['name']} | {r['concurrency']} | {r['goodput_x_real_time']:.1f} "
-                f"| {100 * r['refusal_rate']:.0f}% | {r['accepted_p50_s']:.2f} s | {r['accepted_p99_s']:.2f} s "
+                f"| {100 * r['refusal_rate']:.0f}% | {r['accepted_p50_s']:.2f} s "
+                f"| {r['accepted_p99_s']:.2f} s "
                 f"| {_ms(r['refusal_p99_s'])} | {r['errors']} |"
             )
     written.append("\n".join(lines))
@@ -336,13 +356,7 @@ def tables(results: dict[str, Any]) -> list[str]:
                 f"| {_ms(r['first_chunk_p99_s'])} |"
             )
     lines.append("")
-    lines += [
-        f"Most listeners served at once without a gap: {v['name']} "
-        + (f"{v['most_gapless_listeners']}" if v["most_gapless_listeners"] is not None else "none of those tried")
-        + (", the most tried" if v["listeners"][-1]["listeners"] == v["most_gapless_listeners"] else "")
-        + "."
-        for v in variants
-    ]
+    lines += [f"- most listeners served at once without a gap: {gapless(v)}" for v in variants]
     written.append("\n".join(lines))
     lines = [
         "Bursts: that many streams started in the same instant (each closed after its first "
@@ -354,7 +368,8 @@ def tables(results: dict[str, Any]) -> list[str]:
     for v in variants:
         b = v["burst"]
         lines.append(
-            f"| {v['name']} | {b['streams']} x {b['rounds']} | {b['refused']} | {_ms(b['first_chunk_p50_s'])} "
+            f"| {v['name']} | {b['streams']} x {b['rounds']} | {b['refused']} "
+            f"| {_ms(b['first_chunk_p50_s'])} "
             f"| {_ms(b['first_chunk_p99_s'])} | {_ms(b['single_p50_s'])} | {b['p99_over_single_p50']:.1f} |"
         )
     written.append("\n".join(lines))
@@ -394,7 +409,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     parser.add_argument("--perf-levels", type=int, nargs="+", default=[1, 4, 8, 16, 32])
     parser.add_argument(
-        "--perf-requests", type=int, default=0, help="per perf_analyzer window; 0: 2 x concurrency, 8 at least"
+        "--perf-requests",
+        type=int,
+        default=0,
+        help="per perf_analyzer window; 0: 2 x concurrency, 8 at least",
     )
     parser.add_argument("--levels", type=int, nargs="+", default=[8, 16, 32, 64], help="closed-loop clients")
     parser.add_argument("--seconds", type=float, default=20.0, help="offered load per level")

@@ -219,3 +219,26 @@ def test_write_report_stamps_json_and_markdown(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="stamp"):
         write_report(tmp_path / "bare.json", {"x_real_time": 1.0}, [])
     assert not (tmp_path / "bare.json").exists()
+
+
+def test_capacity_harness_smoke(tmp_path: Path) -> None:
+    """Builds and serves both variants itself (their admission is what differs): tiny levels."""
+    from benchmarks import capacity
+
+    out = tmp_path / "capacity.json"
+    results = capacity.main(["--quick", "--out", str(out)])
+    saved = assert_stamped_report(out)
+    assert [v["name"] for v in saved["variants"]] == ["defaults", "requests"]
+    assert [v["options"]["admission"] for v in saved["variants"]] == ["work", "requests"]
+    for variant in results["variants"]:
+        assert variant["capacity"]["joe"]["audio_per_s"] > 0, variant["capacity"]
+        (perf_row,) = variant["perf"]
+        assert not perf_row["errors"] and perf_row["requests_per_s"] > 0 and perf_row["p99_ms"] > 0
+        (load,) = variant["load"]
+        assert load["ok"] > 0 and load["errors"] == 0 and load["goodput_x_real_time"] > 0
+        (listeners,) = variant["listeners"]
+        assert listeners["served"] == listeners["listeners"] == 2 and listeners["failed"] == 0
+        assert listeners["first_chunk_p99_s"] >= listeners["first_chunk_p50_s"] > 0
+        assert variant["burst"]["first_chunk_p99_s"] > 0 and variant["burst"]["single_p50_s"] > 0
+    assert "| defaults |" in out.with_suffix(".md").read_text(encoding="utf-8")
+    assert out.with_suffix(".png").stat().st_size > 10_000
