@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 import triton_python_backend_utils as pb_utils
 
-from triton_tts.admission import Refused
+from triton_tts.admission import Refused, chunk_priority
 from triton_tts.chunking import ChunkPlan, halves, join_edges, split_text
 from triton_tts.config_parameters import string_parameters
 from triton_tts.errors import RequestErrors
@@ -327,25 +327,18 @@ def _joined(parts: list[tuple[npt.NDArray[np.float32], int]]) -> tuple[npt.NDArr
     return np.concatenate([np.zeros(0, dtype=np.float32), *joined]).astype(np.float32, copy=False), rate
 
 
-# A stream's later chunk is urgent (it overtakes other streams' chunks) when its
-# listener has less audio than this left: about the synthesis of a long chunk on a busy
-# CPU machine, so that it is done before the audio runs out.
-URGENT_LEAD_S = 3.0
-
-
 @dataclass(frozen=True)
 class Senders:
-    """How a stream's chunks reach the stages, by deadline: ``urgent`` for its first chunk
-    and for chunks its listener is about to need, ``paced`` for the others (both BLS when
-    the server's own gRPC endpoint is not known: no priority)."""
+    """How a stream's chunks reach the stages: ``at(priority)`` sends with a Triton
+    priority by the chunk's deadline (triton_tts.admission.chunk_priority); None: all by
+    BLS, without one (the server's own gRPC endpoint is not known; tts's chunks)."""
 
-    urgent: ChunkSender = send_by_bls
-    paced: ChunkSender = send_by_bls
+    at: Callable[[int], ChunkSender] | None = None
 
     def for_chunk(self, index: int, pacer: Pacer | None) -> ChunkSender:
-        if index == 0 or (pacer is not None and pacer.lead() < URGENT_LEAD_S):
-            return self.urgent
-        return self.paced
+        if self.at is None:
+            return send_by_bls
+        return self.at(chunk_priority(index, pacer.lead() if pacer is not None else 0.0))
 
 
 TEXTS = Senders()  # tts: every chunk by BLS, at the stages' default priority

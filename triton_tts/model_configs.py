@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from triton_tts.admission import DEFAULT_PRIORITY, URGENT_PRIORITY
+from triton_tts.admission import DEFAULT_PRIORITY, FIRST_CHUNK_PRIORITY
 from triton_tts.batching import FRAME_MULTIPLE
 from triton_tts.chunking import FIRST_CHUNK_CHARS
 from triton_tts.limits import MAX_CHUNK_IDS, ChunkLimits
@@ -184,7 +184,7 @@ class BuildOptions:
     # in this Triton release, so tts_stream sends its first chunks back to its own server
     # over gRPC (triton_tts/loopback.py; the address comes from `triton-tts serve`).
     first_chunk_priority: int = option(
-        1, "tts_stream: first chunks overtake queued work (Triton priority); 0: off", minimum=0, maximum=1
+        1, "tts_stream: chunks by deadline on Triton priorities; 0: off", minimum=0, maximum=1
     )
     # tts answers each text through its response sender (its execute returns at once), so
     # an instance takes any number of texts; more than one keeps tts up while the watchdog
@@ -291,7 +291,7 @@ def _params(config: mc.ModelConfig, **values: str) -> None:
 
 
 def _priorities(config: mc.ModelConfig) -> None:
-    """Three levels; Triton bounds each level's queue by the queue policy on its own."""
+    """Every level; Triton bounds each level's queue by the queue policy on its own."""
     config.dynamic_batching.priority_levels = DEFAULT_PRIORITY
     config.dynamic_batching.default_priority_level = DEFAULT_PRIORITY
 
@@ -570,7 +570,7 @@ def _long_text(name: str, opts: BuildOptions, streaming: bool) -> mc.ModelConfig
     if streaming:
         _params(
             config,
-            first_chunk_priority=str(URGENT_PRIORITY if opts.first_chunk_priority else 0),
+            first_chunk_priority=str(FIRST_CHUNK_PRIORITY if opts.first_chunk_priority else 0),
         )
     return config
 

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from triton_tts.admission import STREAM_PRIORITY, URGENT_PRIORITY, AdmissionSettings, Ledger, Refused, Work
+from triton_tts.admission import AdmissionSettings, Ledger, Refused, Work
 from triton_tts.bls import (
     Cancellation,
     LongTextRequest,
@@ -80,7 +80,7 @@ class TritonPythonModel:
         self.senders = Senders()  # by BLS, without priority
         if loopback is not None:
             sender = PrioritySender(loopback, args["model_name"])
-            self.senders = Senders(urgent=sender.at(URGENT_PRIORITY), paced=sender.at(STREAM_PRIORITY))
+            self.senders = Senders(at=sender.at)
         pb_utils.Logger.log_info(
             f"tts_stream: pacing lead {self.lead_s:g} s (0: none); chunks "
             + (f"by deadline (priorities) via {loopback.url}" if loopback else "without priority")
