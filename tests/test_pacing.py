@@ -98,3 +98,21 @@ def test_the_benchmarks_listener_hears_gaps_only_when_a_chunk_comes_late() -> No
     gaps, silent = listener_gaps([0.5, 1.5, 15.5], [2.0, 10.0, 10.0])
     assert gaps == 1 and silent == pytest.approx(3.0)
     assert listener_gaps([0.5, 2.5, 12.0], [2.0, 10.0, 10.0]) == (0, 0.0)
+
+
+def test_a_lead_is_built_only_while_no_first_chunk_waits() -> None:
+    """Another stream's first chunk waiting holds a stream with audio to spare (earliest
+    deadline first), down to HOLD_FLOOR_S of audio left; below it, the chunk goes."""
+    from triton_tts.pacing import HOLD_FLOOR_S
+
+    clock = Clock()
+    waiting = {"first chunks": True}
+    p = Pacer(10.0, clock=clock, sleep=clock.sleep, hold=lambda: waiting["first chunks"])
+    p.sent(8.0)  # 8 s of audio: under the lead, over the floor
+    p.wait(lambda: False)
+    assert p.lead() == pytest.approx(HOLD_FLOOR_S, abs=0.11)  # held until the floor
+    p.sent(4.0)
+    waiting["first chunks"] = False
+    clock.sleeps.clear()
+    p.wait(lambda: False)
+    assert clock.sleeps == []  # nothing waits: the lead is built at once

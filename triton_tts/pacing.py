@@ -22,6 +22,11 @@ from collections.abc import Callable
 
 RELEASE_FILE_ENV = "TRITON_TTS_RELEASE_FILE"  # exists: the server is stopping, stop pacing
 CHECK_EVERY_S = 0.5  # how often a waiting stream asks whether it was cancelled
+# A stream whose listener has at least this much audio left holds its next chunk while
+# other streams' first chunks are waiting (``hold``): earliest deadline first, since a
+# running chunk cannot be overtaken, and building a lead can wait; below it, it cannot.
+HOLD_FLOOR_S = 5.0
+HOLD_CHECK_S = 0.1
 
 
 def released_by_file(path: str | None = None) -> Callable[[], bool]:
@@ -40,9 +45,11 @@ class Pacer:
         released: Callable[[], bool] = lambda: False,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        hold: Callable[[], bool] = lambda: False,
     ) -> None:
         self.lead_s = lead_s
         self.released = released
+        self.hold = hold
         self.clock = clock
         self.sleep = sleep
         self.sent_s = 0.0  # audio sent so far
@@ -70,15 +77,20 @@ class Pacer:
         return max(0.0, self.sent_s - (self.clock() - self.playback_start))
 
     def wait(self, stop: Callable[[], bool]) -> None:
-        """Return once the lead is under ``lead_s``, pacing is released, or ``stop()``
+        """Return once the lead is under ``lead_s`` and nothing holds the stream (``hold()``
+        while the lead is over :data:`HOLD_FLOOR_S`), pacing is released, or ``stop()``
         (asked every :data:`CHECK_EVERY_S`) says the stream ends. ``lead_s`` 0: at once."""
         if self.lead_s <= 0:
             return
         began = self.clock()
         try:
-            while (ahead := self.lead() - self.lead_s) > 0:
+            while True:
+                lead = self.lead()
+                held = lead > HOLD_FLOOR_S and self.hold()
+                if lead <= self.lead_s and not held:
+                    return
                 if self.released() or stop():
                     return
-                self.sleep(min(ahead, CHECK_EVERY_S))
+                self.sleep(HOLD_CHECK_S if held else min(lead - self.lead_s, CHECK_EVERY_S))
         finally:
             self.waited_s += self.clock() - began

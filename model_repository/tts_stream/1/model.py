@@ -143,7 +143,8 @@ class TritonPythonModel:
         try:
             cancellation = Cancellation(sender.is_cancelled, request.timeout())
             count = len(long_text.chunks)
-            pacer = Pacer(self.lead_s, self.released)
+            # A lead is built only while no other stream's first chunk waits.
+            pacer = Pacer(self.lead_s, self.released, hold=lambda: self.ledger.load().first_work_s > 0)
             for index, audio, rate in in_order(
                 self.chunks, long_text, self.settings.chunks_in_flight, cancellation, pacer, self.senders
             ):
