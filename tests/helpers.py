@@ -121,8 +121,8 @@ def paragraph_chunks(copies: int) -> int:
 
 # Each sentence's clauses (cut after ",;:"), where a stream's ramped chunk limit may cut it.
 PARAGRAPH_CLAUSE_LENGTHS = ((39,), (42, 91), (46, 49), (32, 9, 17, 52), (42, 74), (56, 43))
-STREAM_PARAGRAPH_CHUNKS = 5  # tts_stream: 39 | 42 | 91 | 96 113 117 (328 with the spaces) | 100
-FIRST_CHARS, MAX_CHARS, GROWTH = 40, 400, 2  # a stream's plan (model_configs.BuildOptions)
+STREAM_PARAGRAPH_CHUNKS = 7  # tts_stream: 39 | 42 | 91 | 96 | 113 | 117 | 100
+FIRST_CHARS, MAX_CHARS, GROWTH = 40, 120, 2  # a stream's plan (model_configs.BuildOptions)
 
 
 def stream_paragraph_chunks(copies: int) -> int:

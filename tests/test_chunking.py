@@ -225,12 +225,12 @@ def test_paragraph_chunk_counts_worked_out_by_hand() -> None:
     """The served tests compare chunk counts with tests/helpers.py's rules; here split_text
     is held to them, with the premises they rest on (the served plans, the lengths)."""
     defaults = BuildOptions()
-    assert (defaults.first_chunk_chars, defaults.chunk_chars, defaults.chunk_growth) == (
+    assert (defaults.first_chunk_chars, defaults.stream_chunk_chars, defaults.chunk_growth) == (
         FIRST_CHARS,
         MAX_CHARS,
         GROWTH,
     )
-    whole = ChunkPlan(FIRST_CHUNK_CHARS, MAX_CHARS)  # tts
+    whole = ChunkPlan(FIRST_CHUNK_CHARS, defaults.chunk_chars)  # tts
     stream = ChunkPlan(FIRST_CHARS, MAX_CHARS, GROWTH)  # tts_stream
     sentences = [s if s.endswith(".") else f"{s}." for s in PARAGRAPH.split(". ")]
     assert " ".join(sentences) == PARAGRAPH
@@ -245,15 +245,14 @@ def test_paragraph_chunk_counts_worked_out_by_hand() -> None:
             sentences[0],
             second + ":",  # the ramp: at most 2 x 39 characters, so the sentence goes by clauses
             third,
-            " ".join(sentences[2:5]),
-            sentences[5],
+            *sentences[2:],  # at most 120 characters: no two sentences fit together
         ]
     )
     assert len(split_text(PARAGRAPH, whole)) == PARAGRAPH_CHUNKS
     assert len(split_text(PARAGRAPH, stream)) == STREAM_PARAGRAPH_CHUNKS
     # tts: 1 paragraph: 3; 3: 1 + five chunks of the round + none = 6; 10: 1 + 3 rounds + 2 = 18
     assert [paragraph_chunks(n) for n in (1, 3, 10)] == [3, 6, 18]
-    assert [stream_paragraph_chunks(n) for n in (1, 3, 10)] == [5, 8, 20]
+    assert [stream_paragraph_chunks(n) for n in (1, 3, 10)] == [7, 19, 61]
     for copies in range(1, 13):
         text = " ".join([PARAGRAPH] * copies)
         assert len(split_text(text, whole)) == paragraph_chunks(copies), copies

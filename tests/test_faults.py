@@ -206,5 +206,5 @@ def test_a_client_that_vanishes_mid_stream_does_not_disturb_the_others(
     # (39), then what is left in one chunk (120 characters, under the ramp's limit of 2 x
     # 77) or two (134 + 25 or 64: over 2 x 76 together); the vanishing one is six PARAGRAPHs.
     others = 3 + 4 + 4
-    planned = stream_paragraph_chunks(6)  # 13
+    planned = stream_paragraph_chunks(6)  # 37
     assert settled - before - others < planned // 2, (settled - before - others, planned)

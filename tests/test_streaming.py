@@ -74,7 +74,7 @@ def test_stream_errors_are_sent_then_the_stream_ends(server: TritonServer) -> No
 
 def test_cancelling_a_stream_frees_the_server(server: TritonServer, http) -> None:
     long_text = " ".join([PARAGRAPH] * 8)
-    planned = stream_paragraph_chunks(8)  # 16
+    planned = stream_paragraph_chunks(8)  # 49
     before, _ = model_counts(http, "tts_chunk")
     cancelled = {"model": "tts_stream", "reason": "cancelled"}
     cancelled_before = metric_total(server.metrics_port, REQUESTS.name, **cancelled)

@@ -159,7 +159,14 @@ class BuildOptions:
     # has played (docs/performance.md, "First audio under load"). tts keeps whole
     # sentences (its first chunk: chunking.FIRST_CHUNK_CHARS, no ramp).
     first_chunk_chars: int = option(40, "tts_stream: first chunk's characters at most", minimum=1)
-    chunk_chars: int = option(400, "tts/tts_stream: later chunks' characters at most", minimum=1)
+    chunk_chars: int = option(400, "tts: later chunks' characters at most", minimum=1)
+    # A paced stream's later chunks stay short (about 8 s of speech): a chunk's audio is
+    # what a stream runs ahead of its listener at once, beyond the lead, and what one
+    # stage instance is busy with before a more urgent chunk can start. With 400, 21
+    # paced listeners on 2 cores (0.75 of capacity) made nearly the whole of each
+    # ~600-character answer in its first seconds, and 16 of 21 heard gaps; with 120, none
+    # (docs/performance.md, "Capacity, not counts").
+    stream_chunk_chars: int = option(120, "tts_stream: later chunks' characters at most", minimum=1)
     chunk_growth: int = option(
         2, "tts_stream: a later chunk is at most this x the characters before it; 0: no ramp", minimum=0
     )
@@ -552,7 +559,7 @@ def _long_text(name: str, opts: BuildOptions, streaming: bool) -> mc.ModelConfig
         # its chunks stay whole sentences from the first on: no cut a listener could hear
         # for a latency nobody waits on.
         first_chunk_chars=str(opts.first_chunk_chars if streaming else FIRST_CHUNK_CHARS),
-        chunk_chars=str(opts.chunk_chars),
+        chunk_chars=str(opts.stream_chunk_chars if streaming else opts.chunk_chars),
         chunk_growth=str(opts.chunk_growth if streaming else 0),
         chunks_in_flight=str(opts.stream_chunks_in_flight if streaming else opts.chunks_in_flight),
         bls_threads=str(opts.bls_threads),
