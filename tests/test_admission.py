@@ -454,3 +454,20 @@ def test_stream_chunks_are_ordered_by_deadline() -> None:
     assert chunk_priority(0, 30.0) == FIRST_CHUNK_PRIORITY < levels[0]
     assert levels == sorted(levels) and len(set(levels)) == 3
     assert max(levels) < DEFAULT_PRIORITY
+
+
+def test_a_burst_of_streams_gets_shorter_first_chunks(tmp_path: Path) -> None:
+    """The more first chunks wait ahead, the shorter a new stream's (down to half), so a
+    burst's last listener hears audio sooner; streams alone keep the plan's."""
+    from triton_tts.chunking import ChunkPlan, split_text
+
+    book = ledger(tmp_path)
+    scales = []
+    for i in range(12):
+        scales.append(book.load().first_chunk_scale)
+        book.admit_stream(f"s{i}", "joe", "", 60.0, 0.5, 10.0)
+    assert scales[0] == 1.0 and scales == sorted(scales, reverse=True) and scales[-1] == 0.5
+    plan = ChunkPlan(40, 120, 2)
+    text = "Thank you for calling the support line, how can I help you today with your order?"
+    assert len(split_text(text, plan.first_shorter(0.5))[0]) <= 20 < len(split_text(text, plan)[0])
+    assert plan.first_shorter(1.0) is plan and plan.first_shorter(0.1).first_chars == 16

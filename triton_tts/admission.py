@@ -80,6 +80,7 @@ MIN_TEXT_SHARE = 0.1  # of the machine texts are counted on, however many listen
 WINDOW_S = 3.0  # capacity is corrected from windows this long
 CORRECTION = 0.3  # weight of one busy window's throughput in the capacity
 BUSY_BACKLOG_S = 0.5  # texts' work waiting, machine-seconds, for a window to count as busy
+BURST_FIRST_CHUNKS = 4  # first chunks waiting that make a new one 1 / (1 + 1) as long
 EPSILON = 1e-9  # sums of shares that are exactly at a bound are within it
 STATE_FILE = "ledger.json"
 LOCK_FILE = "ledger.lock"
@@ -160,6 +161,14 @@ class Load:
     stream_demand: float  # listeners' share of the machine
     texts: int
     streams: int
+    first_chunks: int = 0  # streams whose first chunk is not made yet
+
+    @property
+    def first_chunk_scale(self) -> float:
+        """How much shorter a new stream's first chunk is made: the more first chunks are
+        waiting ahead of it (a burst of streams), the shorter, down to half, so that the
+        burst's last first chunk comes sooner; its ramp then grows from there."""
+        return max(0.5, 1.0 / (1.0 + self.first_chunks / BURST_FIRST_CHUNKS))
 
     @property
     def text_share(self) -> float:
@@ -250,6 +259,7 @@ class Ledger:
             stream_demand=sum(w.rate / self._capacity(state, w.voice) for w in work if w.kind == "stream"),
             texts=sum(w.kind == "text" for w in work),
             streams=sum(w.kind == "stream" for w in work),
+            first_chunks=sum(w.kind == "stream" and w.first_s > 0 for w in work),
         )
 
     def load(self) -> Load:

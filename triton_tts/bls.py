@@ -190,9 +190,12 @@ class LongTextSettings:
         )
 
 
-def read_request(request: Any, settings: LongTextSettings, request_id: str) -> LongTextRequest:
+def read_request(
+    request: Any, settings: LongTextSettings, request_id: str, first_scale: float = 1.0
+) -> LongTextRequest:
     """TEXT -> the chunks to say, each with something to pronounce; everything checked
-    before any chunk runs (a text with nothing to say: :class:`NothingToSay`)."""
+    before any chunk runs (a text with nothing to say: :class:`NothingToSay`).
+    ``first_scale``: the first chunk that much shorter (streams in a burst)."""
     text = read_text(request, MAX_LONG_TEXT_CHARS)
     options = read_options(request, settings.speakers)
     voice = settings.voice(options.voice)
@@ -200,6 +203,7 @@ def read_request(request: Any, settings: LongTextSettings, request_id: str) -> L
     if not voice.pronounceable(spoken):
         raise NothingToSay()
     plan = settings.plan.scaled(voice.chars_scale * chunk_scale(voice.limits, options.speed, options.noise_w))
+    plan = plan.first_shorter(first_scale)
     chunks = [chunk for chunk in split_text(spoken, plan) if voice.pronounceable(chunk)]
     extras = [
         t for name in CHUNK_OPTIONS if (t := pb_utils.get_input_tensor_by_name(request, name)) is not None

@@ -80,6 +80,13 @@ class ChunkPlan:
             self.growth,
         )
 
+    def first_shorter(self, factor: float) -> ChunkPlan:
+        """The same plan with a first chunk ``factor`` times as long (never under
+        MIN_CHUNK_CHARS), the later ones as they were."""
+        if factor >= 1.0:
+            return self
+        return ChunkPlan(max(MIN_CHUNK_CHARS, int(self.first_chars * factor)), self.max_chars, self.growth)
+
     def limit_after(self, said: int) -> int:
         """The longest a later chunk may be once ``said`` characters are in chunks before it."""
         if self.growth <= 0:

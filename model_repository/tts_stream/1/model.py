@@ -95,7 +95,9 @@ class TritonPythonModel:
             started = time.monotonic()
             rid = request_id(request)
             try:
-                long_text = read_request(request, self.settings, rid)
+                # In a burst, each first chunk is shorter the more are waiting ahead of it.
+                scale = self.ledger.load().first_chunk_scale if self.lead_s > 0 else 1.0
+                long_text = read_request(request, self.settings, rid, scale)
                 work = self._admit(long_text)
             except Exception as err:
                 # The error, then the final flag, as _send_chunks does (a gRPC client sees both).
