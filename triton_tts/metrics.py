@@ -253,10 +253,20 @@ class TTSMetrics:
             with self._lock:
                 metric.observe(seconds)
 
-    def record_demand(self, voice: str, audio_s: float, admitted: bool) -> None:
-        """A request's predicted audio, admitted or refused."""
+    @contextmanager
+    def demand(self, voice: str, audio_s: float) -> Iterator[None]:
+        """Counts a request's predicted audio as refused if the block (its admission)
+        raises, else as admitted."""
+        try:
+            yield
+        except BaseException:
+            self._record_demand(voice, audio_s, "refused")
+            raise
+        self._record_demand(voice, audio_s, "admitted")
+
+    def _record_demand(self, voice: str, audio_s: float, outcome: str) -> None:
         with self._lock:
-            self._demanded[(voice, "admitted" if admitted else "refused")].increment(audio_s)
+            self._demanded[(voice, outcome)].increment(audio_s)
 
     def record_load(self, ledger: Any) -> None:
         """The admission ledger's capacity and load (a triton_tts.admission.Ledger)."""

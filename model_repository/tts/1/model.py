@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from triton_tts.admission import AdmissionSettings, Ledger, Refused, Work
+from triton_tts.admission import AdmissionSettings, Ledger, Work
 from triton_tts.bls import (
     Cancellation,
     LongTextRequest,
@@ -84,18 +84,13 @@ class TritonPythonModel:
 
     def _admit(self, long_text: LongTextRequest) -> Work:
         counted = self.admission == "requests"  # counts only: no work, no caller
-        try:
-            work = self.ledger.admit_text(
+        with self.metrics.demand(long_text.voice, long_text.audio_s):
+            return self.ledger.admit_text(
                 long_text.request_id,
                 long_text.voice,
                 "" if counted else long_text.caller,
                 0.0 if counted else long_text.audio_s,
             )
-        except Refused:
-            self.metrics.record_demand(long_text.voice, long_text.audio_s, admitted=False)
-            raise
-        self.metrics.record_demand(long_text.voice, long_text.audio_s, admitted=True)
-        return work
 
     def _synthesize(
         self, request: Any, sender: Any, long_text: LongTextRequest, work: Work, started: float

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from triton_tts.admission import AdmissionSettings, Ledger, Refused, Work
+from triton_tts.admission import AdmissionSettings, Ledger, Work
 from triton_tts.bls import (
     Cancellation,
     LongTextRequest,
@@ -113,8 +113,8 @@ class TritonPythonModel:
 
     def _admit(self, long_text: LongTextRequest) -> Work:
         counted = self.admission == "requests"  # counts only (max_streams)
-        try:
-            work = self.ledger.admit_stream(
+        with self.metrics.demand(long_text.voice, long_text.audio_s):
+            return self.ledger.admit_stream(
                 long_text.request_id,
                 long_text.voice,
                 "" if counted else long_text.caller,
@@ -122,11 +122,6 @@ class TritonPythonModel:
                 0.0 if counted else long_text.first_audio_s,
                 self.lead_s,
             )
-        except Refused:
-            self.metrics.record_demand(long_text.voice, long_text.audio_s, admitted=False)
-            raise
-        self.metrics.record_demand(long_text.voice, long_text.audio_s, admitted=True)
-        return work
 
     def _stream(self, request: Any, long_text: LongTextRequest, work: Work, started: float) -> None:
         try:
