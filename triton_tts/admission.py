@@ -19,12 +19,13 @@ refuses light load and admits heavy load. Here every admitted request is a line 
 - **listeners** (``tts_stream``): a paced stream needs its audio at real time, ``1 / C``
   of the machine while it generates. A new one is admitted while the listeners' demand
   stays under ``1 - stream_headroom``, and while the first chunks ahead of its own (they
-  overtake everything else, triton_tts/model_configs.py's priorities) take at most
-  ``first_chunk_budget_s``.
+  overtake everything else: the priority levels below) take at most
+  ``first_chunk_budget_s``. In a burst, each new first chunk is made shorter
+  (:attr:`Load.first_chunk_scale`).
 - **callers**: a caller named by the ``caller`` request parameter (the gateway names each
   API key's) may hold at most ``caller_share`` of the text budget and of the listeners'
-  room. Unnamed callers share the rest: Triton 2.51 tells a Python model nothing of a
-  request's peer.
+  room; what it holds beyond that does not count against other callers' waits. Unnamed
+  callers share the rest: Triton 2.51 tells a Python model nothing of a request's peer.
 
 A refusal is immediate (no model runs) and says how long to wait: UNAVAILABLE with
 :func:`busy_message`, whose "retry after N s" the client library and the gateway read
