@@ -148,10 +148,11 @@ def stream_paragraph_chunks(copies: int) -> int:
 
 def assert_says_as_long(streamed: npt.NDArray[np.float32], whole: npt.NDArray[np.float32]) -> None:
     """A stream's audio against tts's for the same text: the stream is cut into more, shorter
-    chunks (a short first chunk, then the ramp), so their joins differ, but the speech is
-    the same, within the pauses a few more chunk edges add (3%)."""
+    chunks (a short first chunk, the ramp, then at most 120 characters: an edge at nearly
+    every sentence), so their joins differ, but the speech is the same, within the pauses
+    those edges add or take (measured: +3.6 to +4.4% in English, -3.7% in Mandarin; 6%)."""
     assert np.isfinite(streamed).all() and streamed.size > 0
-    assert abs(streamed.size - whole.size) <= 0.03 * whole.size, (streamed.size, whole.size)
+    assert abs(streamed.size - whole.size) <= 0.06 * whole.size, (streamed.size, whole.size)
 
 
 # How tritonserver shows a crash: a fatal signal's message and stack trace, a failed stop,
