@@ -450,3 +450,12 @@ def test_a_burst_of_streams_gets_shorter_first_chunks(tmp_path: Path) -> None:
     text = "Thank you for calling the support line, how can I help you today with your order?"
     assert len(split_text(text, plan.first_shorter(0.5))[0]) <= 20 < len(split_text(text, plan)[0])
     assert plan.first_shorter(1.0) is plan and plan.first_shorter(0.1).first_chars == 16
+
+
+def test_counted_admission_takes_no_work_and_no_caller(tmp_path: Path) -> None:
+    """admission=requests: the ledger itself sets work and callers aside; counts bound it."""
+    book = ledger(tmp_path, text_budget_s=1.0, caller_share=0.5, counted=True, max_texts=3)
+    texts = [book.admit_text(f"t{i}", "joe", "greedy", 3600.0) for i in range(3)]
+    assert all(t.remaining_s == 0.0 and t.caller == "" for t in texts)
+    with pytest.raises(Refused, match="3 texts in progress"):
+        book.admit_text("t3", "joe", "", 1.0)

@@ -120,6 +120,7 @@ class AdmissionSettings:
     max_texts: int = 0  # a safety bound on texts in progress (0: none)
     max_streams: int = 0  # and on streams (0: none)
     paced: bool = True  # streams are paced to playback (a listener's real-time demand)
+    counted: bool = False  # admission=requests: the count bounds only (no work, no caller)
 
     @classmethod
     def from_parameters(cls, params: Mapping[str, str]) -> AdmissionSettings:
@@ -131,6 +132,7 @@ class AdmissionSettings:
             max_texts=int(params.get("max_texts", "0")),
             max_streams=int(params.get("max_streams", "0")),
             paced=int(params.get("lead_ms", "1")) > 0,
+            counted=params.get("admission", "work") == "requests",
         )
 
 
@@ -273,11 +275,16 @@ class Ledger:
 
     def capacities(self) -> dict[str, tuple[float, str, dict[str, float]]]:
         """voice -> (capacity, where it came from, per-stage capacity per instance)."""
+        return self.snapshot()[1]
+
+    def snapshot(self) -> tuple[Load, dict[str, tuple[float, str, dict[str, float]]]]:
+        """The load and the capacities, read at once (what the metrics report)."""
         with self._state(write=False) as state:
-            return {
+            capacities = {
                 v: (float(c), str(state["source"].get(v, "")), dict(state["stages"].get(v, {})))
                 for v, c in state["capacity"].items()
             }
+            return self._load(state), capacities
 
     def set_capacity(
         self,
@@ -298,6 +305,8 @@ class Ledger:
     def admit_text(self, request_id: str, voice: str, caller: str, audio_s: float) -> Work:
         """Admit a text of ``audio_s`` predicted seconds, or raise :class:`Refused`."""
         s = self.settings
+        if s.counted:
+            caller, audio_s = "", 0.0
         with self._state() as state:
             load = self._load(state)
             cost = audio_s / self._capacity(state, voice)
@@ -336,6 +345,8 @@ class Ledger:
         """Admit a listener (``audio_s`` in all, ``first_audio_s`` in its first chunk), or
         raise :class:`Refused`. Unpaced streams take the machine as texts do."""
         s = self.settings
+        if s.counted:
+            caller, audio_s, first_audio_s, lead_s = "", 0.0, 0.0, 0.0
         with self._state() as state:
             load = self._load(state)
             capacity = self._capacity(state, voice)

@@ -270,8 +270,7 @@ class TTSMetrics:
 
     def record_load(self, ledger: Any) -> None:
         """The admission ledger's capacity and load (a triton_tts.admission.Ledger)."""
-        load = ledger.load()
-        capacities = ledger.capacities()
+        load, capacities = ledger.snapshot()
         with self._lock:
             self._admitted_work.set(load.text_work_s + load.first_work_s)
             self._stream_demand.set(load.stream_demand)

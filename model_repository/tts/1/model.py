@@ -59,7 +59,6 @@ class TritonPythonModel:
         self.ledger = Ledger.from_environment(
             AdmissionSettings.from_parameters(params), args.get("model_repository", "")
         )
-        self.admission = params.get("admission", "work")
 
     def execute(self, requests: list[Any]) -> None:
         # Read and admit here, answer from threads: refusals go out before any work, and
@@ -83,13 +82,9 @@ class TritonPythonModel:
         self.metrics.record_load(self.ledger)
 
     def _admit(self, long_text: LongTextRequest) -> Work:
-        counted = self.admission == "requests"  # counts only: no work, no caller
         with self.metrics.demand(long_text.voice, long_text.audio_s):
             return self.ledger.admit_text(
-                long_text.request_id,
-                long_text.voice,
-                "" if counted else long_text.caller,
-                0.0 if counted else long_text.audio_s,
+                long_text.request_id, long_text.voice, long_text.caller, long_text.audio_s
             )
 
     def _synthesize(

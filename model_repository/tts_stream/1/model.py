@@ -66,7 +66,6 @@ class TritonPythonModel:
         self.ledger = Ledger.from_environment(
             AdmissionSettings.from_parameters(params), args.get("model_repository", "")
         )
-        self.admission = params.get("admission", "work")
         threads = max(self.settings.threads, int(params.get("max_streams", "0")) or 1024)
         self.chunks = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="stream-bls")
         self.streams = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="stream")
@@ -112,14 +111,13 @@ class TritonPythonModel:
         self.metrics.record_load(self.ledger)
 
     def _admit(self, long_text: LongTextRequest) -> Work:
-        counted = self.admission == "requests"  # counts only (max_streams)
         with self.metrics.demand(long_text.voice, long_text.audio_s):
             return self.ledger.admit_stream(
                 long_text.request_id,
                 long_text.voice,
-                "" if counted else long_text.caller,
-                0.0 if counted else long_text.audio_s,
-                0.0 if counted else long_text.first_audio_s,
+                long_text.caller,
+                long_text.audio_s,
+                long_text.first_audio_s,
                 self.lead_s,
             )
 
