@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--protocols", nargs="+", default=["grpc", "http"], choices=["grpc", "http"])
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 2, 4, 8, 16], help="concurrency")
     parser.add_argument("--rates", type=float, nargs="*", default=[2.0, 4.0], help="requests/s")
-    parser.add_argument("--requests", type=int, default=120, help="requests measured at each level, rounded up to whole corpus passes")
+    parser.add_argument("--requests", type=int, default=120, help="requests per level (whole corpus passes)")
     parser.add_argument("--smoke", action="store_true", help="tiny run: concurrency 1 and 2, gRPC")
     parser.add_argument("--out", type=Path, default=Path("results/perf"))
     args = parser.parse_args(argv)
