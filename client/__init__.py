@@ -1,6 +1,7 @@
 """Client library for triton-tts (tritonclient HTTP and gRPC, sync and asyncio, streaming)."""
 
 from triton_tts.client.tts_client import (
+    API_KEY_ENV,
     NO_RETRIES,
     AsyncTTSClient,
     AudioChunk,
@@ -13,10 +14,13 @@ from triton_tts.client.tts_client import (
     TimedOut,
     TTSClient,
     TTSError,
+    Unauthorized,
     VoiceInfo,
+    auth_headers,
 )
 
 __all__ = [
+    "API_KEY_ENV",
     "NO_RETRIES",
     "AsyncTTSClient",
     "AudioChunk",
@@ -29,5 +33,7 @@ __all__ = [
     "TTSClient",
     "TTSError",
     "TimedOut",
+    "Unauthorized",
     "VoiceInfo",
+    "auth_headers",
 ]

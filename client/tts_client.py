@@ -22,6 +22,7 @@ import asyncio
 import itertools
 import json
 import logging
+import os
 import queue
 import random
 import re
@@ -55,6 +56,22 @@ STREAM_MODEL = "tts_stream"
 DEFAULT_TIMEOUT_S = 300.0
 OUTPUTS = ("AUDIO", "SAMPLE_RATE")
 STREAM_OUTPUTS = ("AUDIO", "SAMPLE_RATE", "CHUNK_INDEX", "IS_LAST")
+
+# One key for every way in (docs/api.md, "Keys"): the gateway's, and Triton's inference,
+# metadata and model-config APIs when the server was started with one. Triton matches one
+# header exactly: ``Authorization: Bearer <key>``; over gRPC it reads metadata named with
+# its ``triton-grpc-protocol-`` prefix.
+API_KEY_ENV = "TRITON_TTS_API_KEY"
+API_KEY_HEADER = "authorization"
+GRPC_HEADER_PREFIX = "triton-grpc-protocol-"
+
+
+def auth_headers(api_key: str | None, protocol: Protocol) -> dict[str, str] | None:
+    """The headers (HTTP) or metadata (gRPC) that carry ``api_key`` to Triton; None without a key."""
+    if not api_key:
+        return None
+    name = API_KEY_HEADER if protocol == "http" else GRPC_HEADER_PREFIX + API_KEY_HEADER
+    return {name: f"Bearer {api_key}"}
 
 
 class TTSError(RuntimeError):
@@ -92,6 +109,17 @@ def retry_hint(message: str) -> float | None:
 # A stream's error carries no status code, so the words are what the client has.
 BUSY_MESSAGES = ("exceeds maximum queue size", "server busy")
 QUEUE_TIMEOUT = "request timeout expired"  # Triton's own message ends with it
+
+
+class Unauthorized(TTSError):
+    """The server needs an API key this client did not send, or sent wrong (HTTP 403 from
+    Triton's restricted APIs): not retried."""
+
+
+# Triton's refusal of a call without the restricted API's header (2.51: HTTP 403 "This
+# API is restricted, expecting header 'authorization'"; gRPC UNAVAILABLE "This protocol
+# is restricted, ..."): gRPC gives no status of its own for it, so the words are the sign.
+RESTRICTED = "is restricted, expecting header"
 
 
 class RequestRejected(TTSError):
@@ -189,6 +217,10 @@ def classify(err: InferenceServerException, url: str) -> TTSError:
     status = str(err.status() or "")
     message = err.message() or str(err)
     lowered = message.lower()
+    if status == "403" or RESTRICTED in lowered:
+        return Unauthorized(
+            f"{url} needs an API key: pass api_key= (or --api-key) or set {API_KEY_ENV} ({message})"
+        )
     if _is_busy(message):
         return ServerBusy(f"{url} is busy, retry later: {message}", retry_hint(message))
     if "unknown model" in lowered or "is not ready" in lowered or "is not found" in lowered:
@@ -329,7 +361,9 @@ class _Settings:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         stream_model: str = STREAM_MODEL,
         retry: RetryPolicy = RetryPolicy(),
+        api_key: str | None = None,
     ) -> None:
+        """``api_key``: sent with every call (default: the environment's TRITON_TTS_API_KEY)."""
         if protocol not in DEFAULT_URLS:
             raise ValueError(f"protocol must be 'http' or 'grpc', not {protocol!r}")
         self.protocol = protocol
@@ -338,6 +372,7 @@ class _Settings:
         self.stream_model = stream_model
         self.timeout_s = timeout_s
         self.retry = retry
+        self.headers = auth_headers(api_key or os.environ.get(API_KEY_ENV) or None, protocol)
 
     def _retry_wait(self, err: ServerBusy, retry: int, started: float) -> float:
         """The wait before retry ``retry`` of a refused request; raises when out of retries."""
@@ -375,7 +410,7 @@ class TTSClient(_Settings):
 
     def is_ready(self) -> bool:
         try:
-            return bool(self._client.is_model_ready(self.model))
+            return bool(self._client.is_model_ready(self.model, headers=self.headers))
         except Exception:  # refused connections and friends
             return False
 
@@ -383,9 +418,11 @@ class TTSClient(_Settings):
         """The voices the server serves (from the ``tts`` model's config)."""
         with _server_errors(self.url):
             if self.protocol == "http":
-                config = self._client.get_model_config(self.model)
+                config = self._client.get_model_config(self.model, headers=self.headers)
             else:
-                config = self._client.get_model_config(self.model, as_json=True)["config"]
+                config = self._client.get_model_config(self.model, headers=self.headers, as_json=True)[
+                    "config"
+                ]
         return _voices(config)
 
     def synthesize(
@@ -416,7 +453,11 @@ class TTSClient(_Settings):
             with _server_errors(self.url):
                 if self.protocol == "http":
                     result = self._client.infer(
-                        self.model, inputs, outputs=outputs, parameters=options.parameters
+                        self.model,
+                        inputs,
+                        outputs=outputs,
+                        parameters=options.parameters,
+                        headers=self.headers,
                     )
                 else:
                     result = self._client.infer(
@@ -425,6 +466,7 @@ class TTSClient(_Settings):
                         outputs=outputs,
                         client_timeout=self.timeout_s,
                         parameters=options.parameters,
+                        headers=self.headers,
                     )
         except TimeoutError as err:  # not a ConnectionError: passes through the block above
             raise TimedOut(f"no answer from {self.url} within {self.timeout_s:g} s") from err
@@ -461,7 +503,9 @@ class TTSClient(_Settings):
 
     def _stream_once(self, text: str | bytes, options: SynthesisOptions) -> Generator[AudioChunk, None, None]:
         answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
-        self._client.start_stream(callback=lambda result, error: answers.put((result, error)))
+        self._client.start_stream(
+            callback=lambda result, error: answers.put((result, error)), headers=self.headers
+        )
         finished = False
         refusal: TTSError | None = None
         try:
@@ -548,7 +592,10 @@ class AsyncTTSClient(_Settings):
     async def is_ready(self) -> bool:
         """True when the server answers and both ``tts`` and ``tts_stream`` are ready."""
         try:
-            ready = [await self._client.is_model_ready(m) for m in (self.model, self.stream_model)]
+            ready = [
+                await self._client.is_model_ready(m, headers=self.headers)
+                for m in (self.model, self.stream_model)
+            ]
         except Exception:  # refused connections and friends
             return False
         return all(ready)
@@ -557,9 +604,11 @@ class AsyncTTSClient(_Settings):
         """As :meth:`TTSClient.voices`."""
         with _server_errors(self.url, network=(ConnectionError, OSError)):
             if self.protocol == "http":
-                config = await self._client.get_model_config(self.model)
+                config = await self._client.get_model_config(self.model, headers=self.headers)
             else:
-                config = (await self._client.get_model_config(self.model, as_json=True))["config"]
+                config = (
+                    await self._client.get_model_config(self.model, headers=self.headers, as_json=True)
+                )["config"]
         return _voices(config)
 
     async def synthesize(self, text: str | bytes, **options: Any) -> SynthesisResult:
@@ -581,7 +630,7 @@ class AsyncTTSClient(_Settings):
                 # The session's timeout bounds the call (conn_timeout); infer's own
                 # ``timeout`` would be Triton's request timeout, in microseconds.
                 result = await self._client.infer(
-                    self.model, inputs, outputs=outputs, parameters=options.parameters
+                    self.model, inputs, outputs=outputs, parameters=options.parameters, headers=self.headers
                 )
             else:
                 result = await self._client.infer(
@@ -590,6 +639,7 @@ class AsyncTTSClient(_Settings):
                     outputs=outputs,
                     client_timeout=self.timeout_s,
                     parameters=options.parameters,
+                    headers=self.headers,
                 )
         return _result(result)
 
@@ -628,7 +678,7 @@ class AsyncTTSClient(_Settings):
         # The request stream ends after this one request (a half-close), so the server ends
         # the call once the request's final flag is sent; the call is cancelled only when
         # the caller leaves early or the server does not end it (see STREAM_END_WAIT_S).
-        responses = self._client.stream_infer(requests(), stream_timeout=self.timeout_s)
+        responses = self._client.stream_infer(requests(), stream_timeout=self.timeout_s, headers=self.headers)
         ended = False
         try:
             # A call that fails as a whole (no server there, a deadline) raises from the
