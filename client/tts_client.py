@@ -66,6 +66,13 @@ API_KEY_HEADER = "authorization"
 GRPC_HEADER_PREFIX = "triton-grpc-protocol-"
 
 
+def env_api_key() -> str | None:
+    """The environment's API key: TRITON_TTS_API_KEY, or the first of its comma-separated
+    keys (the gateway takes them all; Triton's ports take one, the first)."""
+    keys = [k.strip() for k in os.environ.get(API_KEY_ENV, "").split(",") if k.strip()]
+    return keys[0] if keys else None
+
+
 def auth_headers(api_key: str | None, protocol: Protocol) -> dict[str, str] | None:
     """The headers (HTTP) or metadata (gRPC) that carry ``api_key`` to Triton; None without a key."""
     if not api_key:
@@ -372,7 +379,7 @@ class _Settings:
         self.stream_model = stream_model
         self.timeout_s = timeout_s
         self.retry = retry
-        self.headers = auth_headers(api_key or os.environ.get(API_KEY_ENV) or None, protocol)
+        self.headers = auth_headers(api_key or env_api_key(), protocol)
 
     def _retry_wait(self, err: ServerBusy, retry: int, started: float) -> float:
         """The wait before retry ``retry`` of a refused request; raises when out of retries."""

@@ -481,17 +481,26 @@ CAPACITY_TEXT_CHINESE = "感谢您的来电，您的订单已经发货，预计�
 
 
 def measure_capacity(
-    grpc_url: str, voices: Mapping[str, tuple[str, bool, list[str]]], concurrency: int = 0
+    grpc_url: str,
+    voices: Mapping[str, tuple[str, bool, list[str]]],
+    concurrency: int = 0,
+    headers: Mapping[str, str] | None = None,
 ) -> dict[str, tuple[float, dict[str, float]]]:
     """Each voice's capacity, measured on the warm server: ``concurrency`` sentences at once
     (twice the cores by default, so every stage instance stays busy), twice, through the
     voice's ``tts_chunk``; audio made over the wall time. Per stage, the audio over the
     busy time Triton's statistics give (audio seconds per second per instance).
-    ``voices``: name -> (tts_chunk model, is Chinese, stage models)."""
+    ``voices``: name -> (tts_chunk model, is Chinese, stage models); ``headers``: the keys
+    (gRPC metadata) the server's restricted APIs need."""
     count = concurrency or max(8, 2 * (os.cpu_count() or 2))
     return {
         voice: _measure_voice(
-            grpc_url, model, CAPACITY_TEXT_CHINESE if chinese else CAPACITY_TEXT, stages, count
+            grpc_url,
+            model,
+            CAPACITY_TEXT_CHINESE if chinese else CAPACITY_TEXT,
+            stages,
+            count,
+            dict(headers or {}),
         )
         for voice, (model, chinese, stages) in voices.items()
     }
@@ -501,7 +510,7 @@ RETRIES = 100  # of a sentence the stages refused for a full queue, 50 ms apart
 
 
 def _measure_voice(
-    grpc_url: str, model: str, text: str, stages: list[str], count: int
+    grpc_url: str, model: str, text: str, stages: list[str], count: int, headers: dict[str, str]
 ) -> tuple[float, dict[str, float]]:
     import concurrent.futures
 
@@ -511,7 +520,7 @@ def _measure_voice(
     client = grpcclient.InferenceServerClient(grpc_url)
 
     def busy() -> dict[str, float]:
-        stats = client.get_inference_statistics(as_json=True).get("model_stats", [])
+        stats = client.get_inference_statistics(headers=headers, as_json=True).get("model_stats", [])
         return {
             s["name"]: int(s["inference_stats"].get("compute_infer", {}).get("ns", 0)) / 1e9
             for s in stats
@@ -527,7 +536,7 @@ def _measure_voice(
             tensor.set_data_from_numpy(np.array([[text.encode("utf-8")]], dtype=np.object_))
             for attempt in itertools.count():
                 try:
-                    result = own.infer(model, [tensor])
+                    result = own.infer(model, [tensor], headers=headers)
                     break
                 except InferenceServerException as err:  # a stage queue bounded below the burst
                     if "StatusCode.UNAVAILABLE" not in str(err.status()) or attempt >= RETRIES:

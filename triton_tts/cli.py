@@ -36,7 +36,7 @@ from triton_tts.client.cli import (
     synth,
     voices,
 )
-from triton_tts.client.tts_client import TTSError
+from triton_tts.client.tts_client import TTSError, env_api_key
 from triton_tts.gateway import command as gateway_command
 from triton_tts.model_configs import THREADS, BuildOptions, build_option_fields
 from triton_tts.repository import build_repository, ensure_default_voice
@@ -221,8 +221,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         model_config_name=args.model_config_name,
         log_verbose=args.log_verbose,
         extra_args=list(args.triton_arg or []),
-        # the watchdog's key to Triton's model control; clients never see it
-        admin_key=None if args.no_watchdog else os.environ.get(ADMIN_KEY_ENV) or secrets.token_urlsafe(24),
+        # The admin APIs' key (the watchdog's model control among them); clients never see
+        # it, and no log line shows it. The API key guards Triton's callers' APIs too.
+        admin_key=os.environ.get(ADMIN_KEY_ENV) or secrets.token_urlsafe(24),
+        api_key=env_api_key(),  # the first of TRITON_TTS_API_KEY's keys
     )
     server.start()
     with ExitStack() as supervision:
@@ -249,7 +251,7 @@ def _start_gateway(args: argparse.Namespace, server: TritonServer, supervision: 
 def _serve(args: argparse.Namespace, server: TritonServer, supervision: ExitStack) -> int:
     try:
         server.wait_ready()
-        if server.admin_key:
+        if not args.no_watchdog:
             supervision.enter_context(supervised(server, args.health_port or None))
         if args.gateway_port:
             _start_gateway(args, server, supervision)

@@ -77,6 +77,11 @@ class Loopback:
         self.url = url
         self.priority = priority
         self._local = threading.local()
+        # The server's API key, when its inference API takes one (TritonServer.start puts
+        # it in the models' environment).
+        from triton_tts.client.tts_client import auth_headers, env_api_key
+
+        self.headers = auth_headers(env_api_key(), "grpc")
 
     @classmethod
     def from_environment(cls, priority: int) -> Loopback | None:
@@ -115,7 +120,12 @@ class Loopback:
         outputs = [grpcclient.InferRequestedOutput("AUDIO"), grpcclient.InferRequestedOutput("SAMPLE_RATE")]
         try:
             result = self._client().infer(
-                model, inputs, outputs=outputs, request_id=chunk_id, priority=priority or self.priority
+                model,
+                inputs,
+                outputs=outputs,
+                request_id=chunk_id,
+                priority=priority or self.priority,
+                headers=self.headers,
             )
         except InferenceServerException as err:
             status, text_of = str(err.status()), str(err.message())

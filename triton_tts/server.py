@@ -42,6 +42,26 @@ ONNXRUNTIME_ERROR = re.compile(r"\[ONNXRuntimeError\] : \d+ : (\w+) : (?:Load mo
 READY_TIMEOUT_S = 300.0  # warm-up of every model happens before Triton reports ready
 STOP_TIMEOUT_S = 30.0
 
+# Triton's API groups (--http-restricted-api, --grpc-restricted-protocol), split between
+# the two keys (docs/api.md, "Keys"). Callers' APIs take the API key: inference, and the
+# metadata and model config that clients and perf_analyzer read first (the voices list is
+# in tts's config). Everything that changes state or shows internals takes the admin key.
+# Health stays open for probes and load balancers.
+CALLER_APIS = ("inference", "metadata", "model-config")
+ADMIN_APIS = ("model-repository", "shared-memory", "statistics", "trace", "logging")
+# A flag's value after one of these is a key: the command line is logged without it.
+SECRET_FLAGS = ("--http-restricted-api=", "--grpc-restricted-protocol=")
+
+
+def redacted(command: Sequence[str]) -> str:
+    """A command line fit for a log: the restricted APIs' header values (the keys) hidden."""
+    shown = []
+    for arg in command:
+        if arg.startswith(SECRET_FLAGS) and "=" in arg.split(":", 1)[-1]:
+            arg = arg[: arg.rindex("=") + 1] + "<redacted>"
+        shown.append(arg)
+    return " ".join(shown)
+
 
 def pytriton_dir() -> Path:
     import pytriton
@@ -137,8 +157,11 @@ class TritonServer:
     log_verbose: int = 0
     extra_args: list[str] = field(default_factory=list)
     log_file: Path | None = None
-    # Model control (load/unload) for the watchdog only: explicit mode, behind this key.
+    # Model control (load/unload) for the watchdog only: explicit mode; it and every other
+    # admin API (ADMIN_APIS) behind this key.
     admin_key: str | None = None
+    # Callers' APIs (CALLER_APIS) behind this key, as ``Authorization: Bearer <key>``.
+    api_key: str | None = None
     process: subprocess.Popen[bytes] | None = None
     # The gRPC endpoint models send their priority requests to (triton_tts/loopback.py):
     # None, this server's own; "" names none (first chunks then go without priority).
@@ -163,6 +186,17 @@ class TritonServer:
         stop is coming: none should hold it for the length of its playback)."""
         if self.release_file is not None:
             self.release_file.touch()
+
+    def headers(self, protocol: str = "http") -> dict[str, str]:
+        """What the product's own calls to this server carry: the API key and the admin key
+        (gRPC: as Triton's prefixed metadata)."""
+        from triton_tts.client.tts_client import GRPC_HEADER_PREFIX, auth_headers
+        from triton_tts.watchdog import ADMIN_HEADER
+
+        found = dict(auth_headers(self.api_key, "grpc" if protocol == "grpc" else "http") or {})
+        if self.admin_key:
+            found[(GRPC_HEADER_PREFIX if protocol == "grpc" else "") + ADMIN_HEADER] = self.admin_key
+        return found
 
     @property
     def http_url(self) -> str:
@@ -195,13 +229,19 @@ class TritonServer:
         if self.admin_key:
             from triton_tts.watchdog import ADMIN_HEADER
 
-            restricted = f"model-repository:{ADMIN_HEADER}={self.admin_key}"
+            restricted = f"{','.join(ADMIN_APIS)}:{ADMIN_HEADER}={self.admin_key}"
             cmd += [
                 "--model-control-mode=explicit",
                 "--load-model=*",
                 f"--http-restricted-api={restricted}",
                 f"--grpc-restricted-protocol={restricted}",
             ]
+        if self.api_key:
+            from triton_tts.client.tts_client import API_KEY_HEADER
+
+            # Triton compares the header's whole value: "Bearer <key>".
+            restricted = f"{','.join(CALLER_APIS)}:{API_KEY_HEADER}=Bearer {self.api_key}"
+            cmd += [f"--http-restricted-api={restricted}", f"--grpc-restricted-protocol={restricted}"]
         return cmd + list(self.extra_args)
 
     def start(self) -> TritonServer:
@@ -211,7 +251,9 @@ class TritonServer:
         from triton_tts.loopback import GRPC_URL_ENV
         from triton_tts.pacing import RELEASE_FILE_ENV
 
-        log.info("starting %s", " ".join(self.command()))
+        from triton_tts.client.tts_client import API_KEY_ENV
+
+        log.info("starting %s", redacted(self.command()))
         self.run_dir = Path(tempfile.mkdtemp(prefix="triton-tts-run-"))
         env = server_environment()
         # The models' view of this server: its own gRPC endpoint (triton_tts/loopback.py)
@@ -219,6 +261,11 @@ class TritonServer:
         env[GRPC_URL_ENV] = self.grpc_url if self.loopback_url is None else self.loopback_url
         env[RELEASE_FILE_ENV] = str(self.release_file)
         env[ADMISSION_DIR_ENV] = str(self.admission_dir)
+        # The loopback's own calls (triton_tts/loopback.py) carry the API key.
+        if self.api_key:
+            env[API_KEY_ENV] = self.api_key
+        else:
+            env.pop(API_KEY_ENV, None)
         out = open(self.log_file, "ab") if self.log_file else None  # noqa: SIM115 - owned by the process
         self.process = subprocess.Popen(
             self.command(), env=env, stdout=out, stderr=subprocess.STDOUT if out else None
@@ -267,9 +314,9 @@ class TritonServer:
 
         client = httpclient.InferenceServerClient(self.http_url)
         try:
-            if not client.is_model_ready("tts"):
+            if not client.is_model_ready("tts", headers=self.headers()):
                 return
-            params = client.get_model_config("tts").get("parameters", {})
+            params = client.get_model_config("tts", headers=self.headers()).get("parameters", {})
         finally:
             client.close()
         served = json_module.loads(params["voices"]["string_value"])
@@ -278,7 +325,7 @@ class TritonServer:
             chunk = v["model"]
             models = [chunk.replace("tts_chunk", stage, 1) for stage in ("preprocess", "acoustic", "vocoder")]
             voices[v["name"]] = (chunk, is_chinese(v.get("language", "")), models)
-        self.capacity = measure_capacity(self.grpc_url, voices)
+        self.capacity = measure_capacity(self.grpc_url, voices, headers=self.headers("grpc"))
         assert self.admission_dir is not None
         ledger = Ledger(self.admission_dir)
         for voice, (audio_per_s, stages) in self.capacity.items():
@@ -330,14 +377,9 @@ class TritonServer:
 
     def _unavailable_model(self, client: Any) -> str | None:
         """A live, unready Triton (started with --exit-on-error=false): the model that failed."""
-        headers = None
-        if self.admin_key:  # the repository API is restricted to the watchdog's key
-            from triton_tts.watchdog import ADMIN_HEADER
-
-            headers = {ADMIN_HEADER: self.admin_key}
         failed = [
             m
-            for m in client.get_model_repository_index(headers=headers)
+            for m in client.get_model_repository_index(headers=self.headers())
             if m.get("state") == "UNAVAILABLE" and m.get("reason") not in (None, "", "unloaded")
         ]
         if not failed:
@@ -458,7 +500,7 @@ def supervised(server: TritonServer, health_port: int | None) -> Iterator[Watchd
     if server.process is None or not server.admin_key:
         raise RuntimeError("supervised() needs a started server with an admin_key")
     process = server.process
-    watchdog = Watchdog(process.pid, server.http_url, server.admin_key).start()
+    watchdog = Watchdog(process.pid, server.http_url, server.headers()).start()
     health = (
         HealthServer(health_port, watchdog, lambda: process.poll() is None).start()
         if health_port is not None

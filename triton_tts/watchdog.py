@@ -74,7 +74,7 @@ class Watchdog:
 
     server_pid: int
     http_url: str  # host:port of Triton's HTTP endpoint
-    admin_key: str
+    headers: dict[str, str]  # the admin key (and the API key, when set): TritonServer.headers()
     poll_s: float = POLL_S
     proc: Path = Path("/proc")
     expected: set[str] = field(default_factory=set)
@@ -151,7 +151,7 @@ class Watchdog:
             f"http://{self.http_url}{path}",
             data=data,
             method="GET" if body is None else "POST",
-            headers={ADMIN_HEADER: self.admin_key, "Content-Type": "application/json"},
+            headers={**self.headers, "Content-Type": "application/json"},
         )
         with urllib.request.urlopen(request, timeout=timeout) as response:
             text = response.read().decode("utf-8")
