@@ -55,12 +55,12 @@ SECRET_FLAGS = ("--http-restricted-api=", "--grpc-restricted-protocol=")
 
 def redacted(command: Sequence[str]) -> str:
     """A command line fit for a log: the restricted APIs' header values (the keys) hidden."""
-    shown = []
-    for arg in command:
-        if arg.startswith(SECRET_FLAGS) and "=" in arg.split(":", 1)[-1]:
-            arg = arg[: arg.rindex("=") + 1] + "<redacted>"
-        shown.append(arg)
-    return " ".join(shown)
+    return " ".join(
+        arg[: arg.rindex("=") + 1] + "<redacted>"
+        if arg.startswith(SECRET_FLAGS) and "=" in arg.split(":", 1)[-1]
+        else arg
+        for arg in command
+    )
 
 
 def pytriton_dir() -> Path:
@@ -248,10 +248,9 @@ class TritonServer:
         import tempfile
 
         from triton_tts.admission import ADMISSION_DIR_ENV
+        from triton_tts.client.tts_client import API_KEY_ENV
         from triton_tts.loopback import GRPC_URL_ENV
         from triton_tts.pacing import RELEASE_FILE_ENV
-
-        from triton_tts.client.tts_client import API_KEY_ENV
 
         log.info("starting %s", redacted(self.command()))
         self.run_dir = Path(tempfile.mkdtemp(prefix="triton-tts-run-"))
