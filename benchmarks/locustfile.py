@@ -6,6 +6,8 @@ and, for streams, the time to the first audio chunk ("first chunk").
 
     locust -f benchmarks/locustfile.py --headless -u 8 -r 8 -t 60s \\
         --host localhost:8000 --grpc-url localhost:8001 --csv results/locust
+
+A server with an API key: ``--api-key KEY`` or env TRITON_TTS_API_KEY.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ TEXTS = [
 @events.init_command_line_parser.add_listener  # type: ignore[untyped-decorator]
 def _arguments(parser: Any) -> None:
     parser.add_argument("--grpc-url", default="localhost:8001", help="gRPC address of the server")
+    parser.add_argument(
+        "--api-key", default=None, help="the server's API key (default: env TRITON_TTS_API_KEY)"
+    )
 
 
 def _fire(
@@ -55,7 +60,8 @@ class _TTSUser(User):
 
     def on_start(self) -> None:
         url = self.host if self.protocol == "http" else self.environment.parsed_options.grpc_url
-        self.client = TTSClient(url, self.protocol)  # type: ignore[arg-type]
+        api_key = self.environment.parsed_options.api_key
+        self.client = TTSClient(url, self.protocol, api_key=api_key)  # type: ignore[arg-type]
 
     def on_stop(self) -> None:
         self.client.close()

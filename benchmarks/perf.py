@@ -32,6 +32,8 @@ from typing import Any
 
 from benchmarks.stamp import stamp, write_report
 from triton_tts.client import TTSClient
+from triton_tts.client.tts_client import env_api_key
+from triton_tts.server import key_headers
 from triton_tts.testing.sample_texts import PARAGRAPH
 
 log = logging.getLogger("perf")
@@ -78,19 +80,19 @@ def write_input_data(path: Path, texts: list[str]) -> Path:
     return path
 
 
-def mean_audio_seconds(grpc_url: str, texts: list[str]) -> float:
-    with TTSClient(grpc_url, "grpc") as client:
+def mean_audio_seconds(grpc_url: str, texts: list[str], api_key: str | None = None) -> float:
+    with TTSClient(grpc_url, "grpc", api_key=api_key) as client:
         return sum(client.synthesize(t).duration_s for t in texts) / len(texts)
 
 
-def batch_stats(http_url: str) -> dict[str, tuple[int, int]]:
+def batch_stats(http_url: str, headers: dict[str, str]) -> dict[str, tuple[int, int]]:
     import tritonclient.http as httpclient
 
     client = httpclient.InferenceServerClient(http_url)
     try:
         stats = {}
         for model in MODELS:
-            s = client.get_inference_statistics(model)["model_stats"][0]
+            s = client.get_inference_statistics(model, headers=headers)["model_stats"][0]
             stats[model] = (int(s["inference_count"]), int(s["execution_count"]))
         return stats
     finally:
@@ -98,8 +100,15 @@ def batch_stats(http_url: str) -> dict[str, tuple[int, int]]:
 
 
 def run_level(
-    url: str, protocol: str, input_data: Path, mode: str, value: float, requests: int
+    url: str,
+    protocol: str,
+    input_data: Path,
+    mode: str,
+    value: float,
+    requests: int,
+    headers: dict[str, str] | None = None,
 ) -> dict[str, float]:
+    """One level; ``headers``: the server's keys (key_headers), passed with perf_analyzer's -H."""
     level = f"{value:g}:{value:g}"
     cmd = [
         perf_analyzer_binary(),
@@ -112,6 +121,8 @@ def run_level(
         "-f", "/dev/stdout",
     ]  # fmt: skip
     cmd += ["--concurrency-range", level] if mode == "concurrency" else ["--request-rate-range", level]
+    for name, value_of in (headers or {}).items():
+        cmd += ["-H", f"{name}:{value_of}"]
     done = subprocess.run(cmd, capture_output=True, text=True, env=perf_analyzer_env(), check=False)
     if done.returncode != 0:
         raise RuntimeError(
@@ -136,9 +147,18 @@ def sweep(
     for protocol in args.protocols:
         for mode, values in (("concurrency", args.levels), ("request-rate", args.rates)):
             for value in values:
-                before = batch_stats(http_url)
-                result = run_level(urls[protocol], protocol, input_data, mode, value, args.requests)
-                after = batch_stats(http_url)
+                http_headers = key_headers(args.api_key, args.admin_key, "http")
+                before = batch_stats(http_url, http_headers)
+                result = run_level(
+                    urls[protocol],
+                    protocol,
+                    input_data,
+                    mode,
+                    value,
+                    args.requests,
+                    key_headers(args.api_key, args.admin_key, protocol),
+                )
+                after = batch_stats(http_url, http_headers)
                 batches = {}
                 for model in MODELS:
                     inferences = after[model][0] - before[model][0]
@@ -231,6 +251,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--requests", type=int, default=120, help="requests per level (whole corpus passes)")
     parser.add_argument("--smoke", action="store_true", help="tiny run: concurrency 1 and 2, gRPC")
     parser.add_argument("--out", type=Path, default=Path("results/perf"))
+    parser.add_argument("--api-key", default=env_api_key(), help="the server's API key (default: env)")
+    parser.add_argument(
+        "--admin-key",
+        default=os.environ.get("TRITON_TTS_ADMIN_KEY"),
+        help="the server's admin key, for Triton's statistics (default: env TRITON_TTS_ADMIN_KEY)",
+    )
     args = parser.parse_args(argv)
     if args.smoke:
         args.protocols, args.levels, args.rates, args.requests = ["grpc"], [1, 2], [], 1
@@ -249,7 +275,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         results: dict[str, Any] = {
             **stamp(),
             "corpus_size": len(CORPUS),
-            "mean_audio_s": mean_audio_seconds(urls["grpc"], CORPUS),
+            "mean_audio_s": mean_audio_seconds(urls["grpc"], CORPUS, args.api_key),
         }
         results["rows"] = sweep(args, urls, urls["http"], input_data)
     write_report(args.out / "perf.json", results, [markdown(results)])

@@ -16,6 +16,7 @@ import numpy.typing as npt
 import soundfile as sf
 
 from triton_tts.client.tts_client import (
+    API_KEY_ENV,
     DEFAULT_TIMEOUT_S,
     Protocol,
     RetryPolicy,
@@ -32,6 +33,11 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--protocol", choices=["http", "grpc"], default="http")
     parser.add_argument("--model", default="tts", help="Triton model to call")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds")
+    parser.add_argument(
+        "--api-key",
+        default=None,
+        help=f"the server's API key (default: env {API_KEY_ENV}, which `ps` does not show)",
+    )
     retry = RetryPolicy()
     parser.add_argument(
         "--retry-attempts",
@@ -142,7 +148,12 @@ def say(args: argparse.Namespace) -> int:
     sink: AudioSink | None = None
     try:
         with TTSClient(
-            args.url, protocol, model=args.model, timeout_s=args.timeout, retry=retry_policy(args)
+            args.url,
+            protocol,
+            model=args.model,
+            timeout_s=args.timeout,
+            retry=retry_policy(args),
+            api_key=args.api_key,
         ) as client:
             if not args.stream:
                 result = client.synthesize(text, **_options(args))
@@ -208,7 +219,12 @@ def synth(args: argparse.Namespace) -> int:
     def client() -> TTSClient:
         if not hasattr(local, "client"):
             local.client = TTSClient(
-                args.url, args.protocol, model=args.model, timeout_s=args.timeout, retry=retry_policy(args)
+                args.url,
+                args.protocol,
+                model=args.model,
+                timeout_s=args.timeout,
+                retry=retry_policy(args),
+                api_key=args.api_key,
             )
             clients.append(local.client)
         return local.client  # type: ignore[no-any-return]
@@ -250,7 +266,9 @@ def synth(args: argparse.Namespace) -> int:
 
 def voices(args: argparse.Namespace) -> int:
     try:
-        with TTSClient(args.url, args.protocol, model=args.model, timeout_s=args.timeout) as client:
+        with TTSClient(
+            args.url, args.protocol, model=args.model, timeout_s=args.timeout, api_key=args.api_key
+        ) as client:
             served = client.voices()
     except TTSError as err:
         print(f"triton-tts: {err}", file=sys.stderr)

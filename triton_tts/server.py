@@ -55,12 +55,13 @@ SECRET_FLAGS = ("--http-restricted-api=", "--grpc-restricted-protocol=")
 
 def redacted(command: Sequence[str]) -> str:
     """A command line fit for a log: the restricted APIs' header values (the keys) hidden."""
-    return " ".join(
-        arg[: arg.rindex("=") + 1] + "<redacted>"
-        if arg.startswith(SECRET_FLAGS) and "=" in arg.split(":", 1)[-1]
-        else arg
-        for arg in command
-    )
+    shown = []
+    for arg in command:
+        apis, colon, header = arg.partition(":")
+        if arg.startswith(SECRET_FLAGS) and colon and "=" in header:
+            arg = f"{apis}:{header.partition('=')[0]}=<redacted>"  # noqa: PLW2901 - the shown form
+        shown.append(arg)
+    return " ".join(shown)
 
 
 def pytriton_dir() -> Path:
@@ -145,6 +146,18 @@ def server_environment() -> dict[str, str]:
 PYTHON_SHM = {"shm-default-byte-size": 16 << 20, "shm-growth-byte-size": 16 << 20}
 
 
+def key_headers(api_key: str | None, admin_key: str | None, protocol: str = "http") -> dict[str, str]:
+    """The headers (gRPC: Triton's prefixed metadata) that carry the API key and the admin
+    key to a server started with them; either may be None."""
+    from triton_tts.client.tts_client import GRPC_HEADER_PREFIX, auth_headers
+    from triton_tts.watchdog import ADMIN_HEADER
+
+    found = dict(auth_headers(api_key, "grpc" if protocol == "grpc" else "http") or {})
+    if admin_key:
+        found[(GRPC_HEADER_PREFIX if protocol == "grpc" else "") + ADMIN_HEADER] = admin_key
+    return found
+
+
 @dataclass
 class TritonServer:
     """A tritonserver child process; use as a context manager or call start()/stop()."""
@@ -188,15 +201,8 @@ class TritonServer:
             self.release_file.touch()
 
     def headers(self, protocol: str = "http") -> dict[str, str]:
-        """What the product's own calls to this server carry: the API key and the admin key
-        (gRPC: as Triton's prefixed metadata)."""
-        from triton_tts.client.tts_client import GRPC_HEADER_PREFIX, auth_headers
-        from triton_tts.watchdog import ADMIN_HEADER
-
-        found = dict(auth_headers(self.api_key, "grpc" if protocol == "grpc" else "http") or {})
-        if self.admin_key:
-            found[(GRPC_HEADER_PREFIX if protocol == "grpc" else "") + ADMIN_HEADER] = self.admin_key
-        return found
+        """What the product's own calls to this server carry (see key_headers)."""
+        return key_headers(self.api_key, self.admin_key, protocol)
 
     @property
     def http_url(self) -> str:
