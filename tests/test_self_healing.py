@@ -22,12 +22,17 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.helpers import tts_inputs, wait_until
+from triton_tts.client import auth_headers
 from triton_tts.repository import build_repository
 from triton_tts.server import TritonServer, free_port, supervised
 from triton_tts.watchdog import ADMIN_HEADER, Watchdog, model_of, stub_instances
 
 HEAL_WITHIN_S = 30.0
 KEY = "test-admin-key"
+# Healing with both keys set, as `triton-tts serve` runs with TRITON_TTS_API_KEY: the
+# watchdog reads a model's config with the API key and reloads it with the admin key.
+API_KEY = "test-api-key"
+CALLER = auth_headers(API_KEY, "http")
 
 
 def health(port: int) -> int:
@@ -50,6 +55,7 @@ def healing(
         grpc_port=free_port(),
         metrics_port=free_port(),
         admin_key=KEY,
+        api_key=API_KEY,
         log_file=tmp_path_factory.mktemp("logs") / "tritonserver-healing.log",
     )
     with server, supervised(server, health_port) as watchdog:
@@ -87,7 +93,7 @@ def test_a_killed_instance_heals_and_readiness_tells(healing, instance: str) -> 
         while not stop.is_set():
             sent = time.monotonic()
             try:
-                client.infer("tts_chunk", tts_inputs(httpclient, "Traffic keeps flowing."))
+                client.infer("tts_chunk", tts_inputs(httpclient, "Traffic keeps flowing."), headers=CALLER)
                 outcomes.append((sent, "ok"))
             except InferenceServerException as err:
                 outcomes.append((sent, err.message()))
@@ -123,7 +129,9 @@ def test_a_killed_instance_heals_and_readiness_tells(healing, instance: str) -> 
     if instance == "acoustic_0_1":  # two instances: the survivor kept serving
         assert "ok" in during, during
     client = httpclient.InferenceServerClient(server.http_url, network_timeout=120)
-    results = [client.infer("tts_chunk", tts_inputs(httpclient, f"Healed {i}.")) for i in range(8)]
+    results = [
+        client.infer("tts_chunk", tts_inputs(httpclient, f"Healed {i}."), headers=CALLER) for i in range(8)
+    ]
     assert all(r.as_numpy("AUDIO").size > 0 for r in results)
     assert client.is_server_ready()
     client.close()
