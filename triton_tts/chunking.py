@@ -25,7 +25,7 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from triton_tts.text.normalize import _LEADING_ABBREVIATIONS
+from triton_tts.text.english_data import LEADING_ABBREVIATIONS
 
 FIRST_CHUNK_CHARS = 160  # the first sentence, or its first clauses if longer (the server's: model_configs)
 CHUNK_CHARS = 400
@@ -46,7 +46,7 @@ _OPENERS = "\"'“‘«([{「『（【"
 # A period after these never ends a sentence: the normaliser's titles ("Mr."), which always
 # introduce a name, and the ambiguous "Dr."/"St." and "e.g."/"i.e." it also reads. Missing a
 # sentence end costs nothing (chunks are packed anyway); a false one cuts a sentence in two.
-_NEVER_END = frozenset({*_LEADING_ABBREVIATIONS, "Dr", "St", "e.g", "i.e", "E.g", "I.e", "cf"})
+_NEVER_END = frozenset({*LEADING_ABBREVIATIONS, "Dr", "St", "e.g", "i.e", "E.g", "I.e", "cf"})
 _INITIALS = re.compile(r"(?:[A-Za-z]\.)*[A-Z]")  # "J." in "J. Smith", "U.S" in "U.S. Army"
 _LIST_NUMBER = re.compile(r"\d{1,3}")  # "1." of "1. Open the box"
 _LIST_FOLLOWS = ("\n", ":", *".!?…", *_CJK_ENDS)  # what a list number comes after (or nothing)

@@ -53,6 +53,7 @@ from triton_tts.text.han import HAN
 
 __all__ = ["PAUSES", "baker_symbols", "normalise_chinese", "pinyin"]
 
+_log = logging.getLogger(__name__)
 jieba.setLogLevel(logging.WARNING)  # it logs its dictionary loading at INFO
 _JIEBA_LOCK = threading.Lock()  # jieba loads its dictionary lazily, from global state
 
@@ -88,6 +89,7 @@ _FULL_WIDTH.update({"％": "%", "＄": "$", "￥": "¥", "．": ".", "／": "/",
 _FULL_WIDTH.update({"\u2212": "-", "\u2013": "-", "\u00a0": " ", "\u3000": " "})
 _CLEAN = str.maketrans(_FULL_WIDTH)
 
+CN2AN_MAX_DIGITS = 16  # cn2an's an2cn says integers of up to 16 digits, raises past them
 _DIGITS = "零一二三四五六七八九"
 _PHONE_DIGITS = "零幺二三四五六七八九"
 _NUMBER = r"\d+(?:\.\d+)?"
@@ -149,8 +151,19 @@ _MEASURE_WORD = re.compile(rf"\s*(?:{_MEASURE_WORDS})")
 
 
 def _cardinal(number: str) -> str:
-    """cn2an's reading of an integer or decimal ("12.5" 十二点五)."""
-    return str(cn2an.an2cn(number, "low"))
+    """An integer or decimal as a quantity ("12.5" 十二点五, "-3" 负三): cn2an says the
+    integer part, the fraction is said digit by digit (as cn2an does, but cn2an cuts it
+    after 16 digits, with a warning). An integer part cn2an cannot say (over
+    :data:`CN2AN_MAX_DIGITS` digits, or anything it raises on) is read digit by digit."""
+    sign, unsigned = ("负", number[1:]) if number.startswith("-") else ("", number)
+    whole, _, fraction = unsigned.partition(".")
+    said = _digits(whole)
+    if len(whole.lstrip("0")) <= CN2AN_MAX_DIGITS:
+        try:
+            said = str(cn2an.an2cn(whole or "0", "low"))
+        except Exception:  # one odd number must not fail the request: digit by digit
+            _log.debug("cn2an could not read %r; read digit by digit", whole)
+    return sign + said + (f"点{_digits(fraction)}" if fraction else "")
 
 
 def _digits(number: str, phone: bool = False) -> str:
@@ -185,7 +198,8 @@ def _time(match: re.Match[str]) -> str:
 def _yuan(match: re.Match[str]) -> str:
     whole, _, cents = match.group(1).partition(".")
     jiao, fen = int((cents + "00")[0]), int((cents + "00")[1])
-    said = f"{_cardinal(str(int(whole)))}元" if int(whole) or not (jiao or fen) else ""
+    # whole.strip("0"), not int(whole): Python refuses int() of over 4,300 digits
+    said = f"{_cardinal(whole)}元" if whole.strip("0") or not (jiao or fen) else ""
     if jiao:
         said += f"{_DIGITS[jiao]}角"
     if fen:

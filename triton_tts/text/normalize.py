@@ -10,9 +10,9 @@ intonation from it.
 Design rules, because this runs on the serving hot path:
 
 * Pure and thread-safe: every regex is compiled at import time and every
-  table is immutable (tuples, ``frozenset``, ``MappingProxyType``).  num2words
-  is only ever called with ``int`` values; its float path stores the
-  precision on the shared converter object, which would not be thread-safe.
+  table is immutable (tuples, ``frozenset``, ``MappingProxyType``; they live
+  in triton_tts/text/english_data.py).  num2words is only ever called with
+  ``int`` values (triton_tts/text/english_numbers.py says why).
 * Never raises: each num2words call goes through one guarded helper that
   falls back to reading the digits one by one, and numbers longer than
   ``MAX_SPOKEN_DIGITS`` digits are always read digit by digit (nobody says
@@ -51,304 +51,45 @@ Deliberate reading choices (the unit tests pin each of them):
   name "Jan." at the end of a sentence would be read as "January".
 * Dotted number groups such as versions or addresses ("1.2.3") are read
   part by part joined by "dot".
+* A comma between digits is a thousands separator only in a well-formed
+  group ("1,250", "1,234,567"); anything else is a list ("1,2,3" -> "one,
+  two, three"), whatever the length of the list.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Callable, Iterable, Mapping
-from types import MappingProxyType
+from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
-from num2words import num2words  # type: ignore[import-untyped,unused-ignore]
+from triton_tts.text.english_data import (
+    AFTER_NFKC,
+    BEFORE_NFKC,
+    CURRENCIES,
+    DAYS_IN_MONTH,
+    ERA_LETTERS,
+    LATIN_ABBREVIATIONS,
+    LEADING_ABBREVIATIONS,
+    MONTH_ABBREVIATIONS,
+    MONTH_NAMES,
+    MONTH_NUMBERS,
+    SCALE_ABBREVIATIONS,
+    SIGN_WORDS,
+    TRAILING_ABBREVIATIONS,
+    UNITS,
+    WEEKDAY_ABBREVIATIONS,
+    YEAR_CUE_WORDS,
+)
+from triton_tts.text.english_numbers import (
+    MAX_SPOKEN_DIGITS,
+    cardinal,
+    decimal,
+    ordinal,
+    year_words,
+)
 
 __all__ = ["MAX_SPOKEN_DIGITS", "normalize_english"]
-
-MAX_SPOKEN_DIGITS = 15
-"""Longest integer (in digits) spoken as a whole number; longer ones are
-read digit by digit, which is also how people read IDs and serial numbers."""
-
-_DIGIT_WORDS = (
-    "zero",
-    "one",
-    "two",
-    "three",
-    "four",
-    "five",
-    "six",
-    "seven",
-    "eight",
-    "nine",
-)
-
-_MONTH_NAMES = (
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
-)
-_DAYS_IN_MONTH = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
-_MONTH_ABBREVIATIONS: Mapping[str, int] = MappingProxyType(
-    {
-        "Jan": 1,
-        "Feb": 2,
-        "Mar": 3,
-        "Apr": 4,
-        "Jun": 6,
-        "Jul": 7,
-        "Aug": 8,
-        "Sep": 9,
-        "Sept": 9,
-        "Oct": 10,
-        "Nov": 11,
-        "Dec": 12,
-    }
-)
-_MONTH_NUMBERS: Mapping[str, int] = MappingProxyType(
-    {
-        **{name: index for index, name in enumerate(_MONTH_NAMES, start=1)},
-        **_MONTH_ABBREVIATIONS,
-    }
-)
-
-_SIGN_WORDS: Mapping[str, str] = MappingProxyType({"-": "minus", "+": "plus"})
-
-
-class _Currency(NamedTuple):
-    """Spoken names of a currency; ``minor_*`` is None where nobody says the
-    subunit (yen), in which case fractions are read with "point"."""
-
-    major_singular: str
-    major_plural: str
-    minor_singular: str | None
-    minor_plural: str | None
-
-
-_CURRENCIES: Mapping[str, _Currency] = MappingProxyType(
-    {
-        "$": _Currency("dollar", "dollars", "cent", "cents"),
-        "€": _Currency("euro", "euros", "cent", "cents"),
-        "£": _Currency("pound", "pounds", "penny", "pence"),
-        "¥": _Currency("yen", "yen", None, None),
-        "₹": _Currency("rupee", "rupees", "paisa", "paise"),
-    }
-)
-
-_SCALE_ABBREVIATIONS: Mapping[str, str] = MappingProxyType(
-    {
-        "k": "thousand",
-        "K": "thousand",
-        "m": "million",
-        "M": "million",
-        "mn": "million",
-        "b": "billion",
-        "B": "billion",
-        "bn": "billion",
-        "tn": "trillion",
-    }
-)
-
-# Unit symbol -> (singular, plural).  Keys are matched case-sensitively
-# because "m" (meter) and "M" (mega/million) differ.
-_UNITS: Mapping[str, tuple[str, str]] = MappingProxyType(
-    {
-        "km": ("kilometer", "kilometers"),
-        "m": ("meter", "meters"),
-        "cm": ("centimeter", "centimeters"),
-        "mm": ("millimeter", "millimeters"),
-        "km2": ("square kilometer", "square kilometers"),
-        "m2": ("square meter", "square meters"),
-        "cm2": ("square centimeter", "square centimeters"),
-        "m3": ("cubic meter", "cubic meters"),
-        "mi": ("mile", "miles"),
-        "ft": ("foot", "feet"),
-        "yd": ("yard", "yards"),
-        "kg": ("kilogram", "kilograms"),
-        "g": ("gram", "grams"),
-        "mg": ("milligram", "milligrams"),
-        "lb": ("pound", "pounds"),
-        "lbs": ("pound", "pounds"),
-        "oz": ("ounce", "ounces"),
-        "mph": ("mile per hour", "miles per hour"),
-        "km/h": ("kilometer per hour", "kilometers per hour"),
-        "kph": ("kilometer per hour", "kilometers per hour"),
-        "m/s": ("meter per second", "meters per second"),
-        "ml": ("milliliter", "milliliters"),
-        "mL": ("milliliter", "milliliters"),
-        "l": ("liter", "liters"),
-        "L": ("liter", "liters"),
-        "KB": ("kilobyte", "kilobytes"),
-        "kB": ("kilobyte", "kilobytes"),
-        "MB": ("megabyte", "megabytes"),
-        "GB": ("gigabyte", "gigabytes"),
-        "TB": ("terabyte", "terabytes"),
-        "Hz": ("hertz", "hertz"),
-        "kHz": ("kilohertz", "kilohertz"),
-        "MHz": ("megahertz", "megahertz"),
-        "GHz": ("gigahertz", "gigahertz"),
-        "W": ("watt", "watts"),
-        "kW": ("kilowatt", "kilowatts"),
-        "kWh": ("kilowatt hour", "kilowatt hours"),
-        "V": ("volt", "volts"),
-        "h": ("hour", "hours"),
-        "hr": ("hour", "hours"),
-        "hrs": ("hour", "hours"),
-        "min": ("minute", "minutes"),
-        "mins": ("minute", "minutes"),
-        "s": ("second", "seconds"),
-        "sec": ("second", "seconds"),
-        "secs": ("second", "seconds"),
-        "ms": ("millisecond", "milliseconds"),
-        "yr": ("year", "years"),
-        "yrs": ("year", "years"),
-        "°C": ("degree Celsius", "degrees Celsius"),
-        "°F": ("degree Fahrenheit", "degrees Fahrenheit"),
-        "°": ("degree", "degrees"),
-    }
-)
-
-# Abbreviations that always introduce what follows (titles, "vs."), so their
-# period never ends a sentence and is dropped.
-_LEADING_ABBREVIATIONS: Mapping[str, str] = MappingProxyType(
-    {
-        "Mr": "Mister",
-        "Mrs": "Missus",
-        "Ms": "Miz",
-        "Prof": "Professor",
-        "Mt": "Mount",
-        "Capt": "Captain",
-        "Lt": "Lieutenant",
-        "Col": "Colonel",
-        "Gen": "General",
-        "Sgt": "Sergeant",
-        "Rev": "Reverend",
-        "Gov": "Governor",
-        "Sen": "Senator",
-        "vs": "versus",
-        "approx": "approximately",
-    }
-)
-
-# Abbreviations that may close a sentence; there the period is kept so the
-# phonemiser still hears the sentence end.
-_TRAILING_ABBREVIATIONS: Mapping[str, str] = MappingProxyType(
-    {
-        "Jr": "Junior",
-        "Sr": "Senior",
-        "Inc": "Incorporated",
-        "Ltd": "Limited",
-        "Co": "Company",
-        "Corp": "Corporation",
-        "Ave": "Avenue",
-        "Blvd": "Boulevard",
-        "Rd": "Road",
-        "Dept": "Department",
-        "etc": "et cetera",
-        **{abbreviation: _MONTH_NAMES[number - 1] for abbreviation, number in _MONTH_ABBREVIATIONS.items()},
-    }
-)
-
-_LATIN_ABBREVIATIONS: Mapping[str, str] = MappingProxyType({"eg": "for example", "ie": "that is"})
-
-_WEEKDAY_ABBREVIATIONS: Mapping[str, str] = MappingProxyType(
-    {
-        "Mon": "Monday",
-        "Tue": "Tuesday",
-        "Tues": "Tuesday",
-        "Wed": "Wednesday",
-        "Thu": "Thursday",
-        "Thur": "Thursday",
-        "Thurs": "Thursday",
-        "Fri": "Friday",
-        "Sat": "Saturday",
-        "Sun": "Sunday",
-    }
-)
-
-_YEAR_CUE_WORDS = (
-    "in",
-    "since",
-    "by",
-    "from",
-    "until",
-    "till",
-    "to",
-    "of",
-    "during",
-    "before",
-    "after",
-    "around",
-    "circa",
-    "between",
-    "through",
-    "year",
-)
-
-_ERA_LETTERS: Mapping[str, str] = MappingProxyType(
-    {
-        "AD": "A D",
-        "BC": "B C",
-        "BCE": "B C E",
-        "CE": "C E",
-        "A.D.": "A D",
-        "B.C.": "B C",
-        "B.C.E.": "B C E",
-        "C.E.": "C E",
-    }
-)
-
-# --- character clean-up ----------------------------------------------------
-
-# Removed before NFKC: invisible formatting characters (zero-width space and
-# joiners, bidi controls, BOM, soft hyphen) and lone surrogates, which would
-# make the text unencodable as UTF-8 further down the pipeline.
-_INVISIBLE_CODEPOINTS = (
-    0x00AD,
-    0x061C,
-    0x180E,
-    0xFEFF,
-    *range(0x200B, 0x2010),
-    *range(0x202A, 0x202F),
-    *range(0x2060, 0x2070),
-    *range(0xFFF9, 0xFFFC),
-    *range(0xD800, 0xE000),
-)
-_CONTROL_CODEPOINTS = (*range(0x00, 0x20), *range(0x7F, 0xA0))
-_BEFORE_NFKC: Mapping[int, str | None] = MappingProxyType(
-    {
-        **{codepoint: None for codepoint in _INVISIBLE_CODEPOINTS},
-        **{codepoint: " " for codepoint in _CONTROL_CODEPOINTS},
-    }
-)
-# Applied after NFKC, which leaves typographic quotes and the minus sign alone.
-_AFTER_NFKC: Mapping[int, str] = MappingProxyType(
-    {
-        ord(typographic): plain
-        for typographic, plain in {
-            "\u2018": "'",
-            "\u2019": "'",
-            "\u201a": "'",
-            "\u201b": "'",
-            "\u2032": "'",
-            "\u201c": '"',
-            "\u201d": '"',
-            "\u201e": '"',
-            "\u201f": '"',
-            "\u00ab": '"',
-            "\u00bb": '"',
-            "\u2212": "-",
-        }.items()
-    }
-)
 
 # --- shared regex pieces -----------------------------------------------------
 
@@ -369,8 +110,8 @@ def _alternation(words: Iterable[str]) -> str:
     return "|".join(re.escape(word) for word in ordered)
 
 
-_FULL_MONTH = "|".join(_MONTH_NAMES)
-_ABBREVIATED_MONTH = _alternation(_MONTH_ABBREVIATIONS)
+_FULL_MONTH = "|".join(MONTH_NAMES)
+_ABBREVIATED_MONTH = _alternation(MONTH_ABBREVIATIONS)
 # An abbreviation's period belongs to the month only when a number follows;
 # otherwise it may be the end of the sentence.
 _MONTH = rf"(?P<month>(?:{_FULL_MONTH})\b|(?:{_ABBREVIATED_MONTH})\b(?:\.(?=\s+[0-9]))?)"
@@ -389,62 +130,11 @@ _ASCII_DIGIT = re.compile(r"[0-9]")
 # --- number reading ----------------------------------------------------------
 
 
-def _read_digits(digits: str) -> str:
-    """Digit-by-digit reading: the safe fallback for anything too long or odd."""
-    return " ".join(_DIGIT_WORDS[ord(digit) - ord("0")] for digit in digits)
-
-
-def _spell(value: int, style: str) -> str | None:
-    """Ask num2words, hiding its failures: one odd number must not take down a
-    request.  Its commas are removed so the phonemiser does not pause inside a
-    number."""
-    try:
-        words = num2words(value, lang="en", to=style)
-    except Exception:
-        return None
-    return str(words).replace(",", "")
-
-
-def _cardinal(digits: str) -> str:
-    """Whole number from ASCII digits; leading zeros ("007") and very long runs
-    are read digit by digit, as people do."""
-    if len(digits) > MAX_SPOKEN_DIGITS or (len(digits) > 1 and digits[0] == "0"):
-        return _read_digits(digits)
-    return _spell(int(digits), "cardinal") or _read_digits(digits)
-
-
-def _ordinal(digits: str) -> str:
-    """Ordinal from ASCII digits; overlong values read their last digit as an
-    ordinal so the suffix is still heard."""
-    digits = digits.lstrip("0") or "0"
-    if len(digits) > MAX_SPOKEN_DIGITS:
-        return f"{_read_digits(digits[:-1])} {_ordinal(digits[-1])}"
-    return _spell(int(digits), "ordinal") or _read_digits(digits)
-
-
-def _year(value: int) -> str:
-    """Year reading ("nineteen oh five"); num2words hyphenates "oh-five",
-    which is written here like the "oh" in clock times."""
-    words = _spell(value, "year")
-    if words is None:
-        return _cardinal(str(value))
-    return words.replace("oh-", "oh ")
-
-
-def _decimal(integer: str, fraction: str | None) -> str:
-    """Integer part as a number, fraction digit by digit ("three point one
-    four"); thousands separators in ``integer`` are ignored."""
-    words = _cardinal(integer.replace(",", ""))
-    if fraction:
-        words = f"{words} point {_read_digits(fraction)}"
-    return words
-
-
 def _signed_number(match: re.Match[str]) -> str:
     """Reading of a match built from ``_NUMBER``, sign included."""
-    words = _decimal(match.group("int"), match.group("frac"))
+    words = decimal(match.group("int"), match.group("frac"))
     sign = match.group("sign")
-    return f"{_SIGN_WORDS[sign]} {words}" if sign else words
+    return f"{SIGN_WORDS[sign]} {words}" if sign else words
 
 
 def _is_exactly_one(match: re.Match[str]) -> bool:
@@ -491,7 +181,7 @@ def _max_day(month: int, year: int | None) -> int:
     if month == 2 and year is not None:
         leap = year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
         return 29 if leap else 28
-    return _DAYS_IN_MONTH[month - 1]
+    return DAYS_IN_MONTH[month - 1]
 
 
 def _say_date(month: int, day: int | None, year: int | None, *, day_first: bool = False) -> str | None:
@@ -501,15 +191,15 @@ def _say_date(month: int, day: int | None, year: int | None, *, day_first: bool 
         return None
     if day is not None and not 1 <= day <= _max_day(month, year):
         return None
-    month_name = _MONTH_NAMES[month - 1]
+    month_name = MONTH_NAMES[month - 1]
     if day is None:
         words = month_name
     elif day_first:
-        words = f"{_ordinal(str(day))} of {month_name}"
+        words = f"{ordinal(str(day))} of {month_name}"
     else:
-        words = f"{month_name} {_ordinal(str(day))}"
+        words = f"{month_name} {ordinal(str(day))}"
     if year is not None:
-        words = f"{words}, {_year(year)}" if day is not None else f"{words} {_year(year)}"
+        words = f"{words}, {year_words(year)}" if day is not None else f"{words} {year_words(year)}"
     return words
 
 
@@ -556,7 +246,7 @@ def _rewrite_named_month_date(match: re.Match[str]) -> str:
     groups = match.groupdict()
     day = _optional_int(groups.get("day"))
     year = _optional_int(groups.get("year"))
-    words = _say_date(_MONTH_NUMBERS[month_key], day, year, day_first=groups.get("of") is not None)
+    words = _say_date(MONTH_NUMBERS[month_key], day, year, day_first=groups.get("of") is not None)
     return match.group(0) if words is None else _fit(match, words)
 
 
@@ -581,43 +271,43 @@ def _rewrite_clock_time(match: re.Match[str]) -> str:
     hour = int(match.group("hour"))
     minute = int(match.group("minute"))
     has_meridiem = match.group("meridiem") is not None
-    parts = [_cardinal(str(hour))]
+    parts = [cardinal(str(hour))]
     if minute == 0:
         if not has_meridiem:
             parts.append("o'clock" if 1 <= hour <= 12 else "hundred")
     elif minute < 10:
-        parts.extend(("oh", _cardinal(str(minute))))
+        parts.extend(("oh", cardinal(str(minute))))
     else:
-        parts.append(_cardinal(str(minute)))
+        parts.append(cardinal(str(minute)))
     second_text = match.group("second")
     if second_text is not None and int(second_text) > 0:
         second = int(second_text)
-        parts.append(f"and {_cardinal(str(second))} second{'s' if second != 1 else ''}")
+        parts.append(f"and {cardinal(str(second))} second{'s' if second != 1 else ''}")
     if has_meridiem:
         parts.append(_say_meridiem(match))
     return _fit(match, " ".join(parts))
 
 
 def _rewrite_hour_with_meridiem(match: re.Match[str]) -> str:
-    hour = _cardinal(str(int(match.group("hour"))))
+    hour = cardinal(str(int(match.group("hour"))))
     return _fit(match, f"{hour} {_say_meridiem(match)}")
 
 
 # --- rewrites: eras and decades ------------------------------------------------
 
-_ERA_YEAR = re.compile(rf"(?<![\w.,])(?P<year>[0-9]{{1,4}})\s?(?P<era>{_alternation(_ERA_LETTERS)})(?!\w)")
+_ERA_YEAR = re.compile(rf"(?<![\w.,])(?P<year>[0-9]{{1,4}})\s?(?P<era>{_alternation(ERA_LETTERS)})(?!\w)")
 
 
 def _rewrite_era_year(match: re.Match[str]) -> str:
-    era = _keep_final_period(match, _ERA_LETTERS[match.group("era")])
-    return _fit(match, f"{_year(int(match.group('year')))} {era}")
+    era = _keep_final_period(match, ERA_LETTERS[match.group("era")])
+    return _fit(match, f"{year_words(int(match.group('year')))} {era}")
 
 
 _DECADE = re.compile(r"(?<![\w.,])(?P<decade>1[1-9][0-9]0|20[0-9]0)'?s(?!\w)")
 
 
 def _rewrite_decade(match: re.Match[str]) -> str:
-    return _fit(match, _pluralise_last_word(_year(int(match.group("decade")))))
+    return _fit(match, _pluralise_last_word(year_words(int(match.group("decade")))))
 
 
 # "the 80s" / "'90s": only with "the" or an apostrophe, because "90s" alone
@@ -626,25 +316,25 @@ _SHORT_DECADE = re.compile(r"(?:(?<=\b[Tt]he )|')(?P<decade>[1-9]0)'?s(?!\w)")
 
 
 def _rewrite_short_decade(match: re.Match[str]) -> str:
-    return _fit(match, _pluralise_last_word(_cardinal(match.group("decade"))))
+    return _fit(match, _pluralise_last_word(cardinal(match.group("decade"))))
 
 
 # --- rewrites: abbreviations -----------------------------------------------------
 
 _WEEKDAY = re.compile(
-    rf"(?<![\w.])(?P<abbreviation>{_alternation(_WEEKDAY_ABBREVIATIONS)})\."
+    rf"(?<![\w.])(?P<abbreviation>{_alternation(WEEKDAY_ABBREVIATIONS)})\."
     rf"(?=,?\s+(?:[0-9]|(?:{_FULL_MONTH})\b))"
 )
 
 
 def _rewrite_weekday(match: re.Match[str]) -> str:
     """Only before a date: "Sun." or "Sat." on their own are too often words."""
-    return _WEEKDAY_ABBREVIATIONS[match.group("abbreviation")]
+    return WEEKDAY_ABBREVIATIONS[match.group("abbreviation")]
 
 
 _DOTTED_ABBREVIATION = re.compile(
     r"(?<![\w.])(?P<abbreviation>"
-    + _alternation([*_LEADING_ABBREVIATIONS, *_TRAILING_ABBREVIATIONS, "Dr", "St"])
+    + _alternation([*LEADING_ABBREVIATIONS, *TRAILING_ABBREVIATIONS, "Dr", "St"])
     + r")\."
 )
 
@@ -662,9 +352,9 @@ def _rewrite_dotted_abbreviation(match: re.Match[str]) -> str:
         if next_is_capitalised:
             return _fit(match, "Saint")
         return _fit(match, _keep_final_period(match, "Street"))
-    if abbreviation in _LEADING_ABBREVIATIONS:
-        return _fit(match, _LEADING_ABBREVIATIONS[abbreviation])
-    return _fit(match, _keep_final_period(match, _TRAILING_ABBREVIATIONS[abbreviation]))
+    if abbreviation in LEADING_ABBREVIATIONS:
+        return _fit(match, LEADING_ABBREVIATIONS[abbreviation])
+    return _fit(match, _keep_final_period(match, TRAILING_ABBREVIATIONS[abbreviation]))
 
 
 _LATIN_ABBREVIATION = re.compile(r"(?<![\w.])(?P<first>[eEiI])\.(?P<second>[gGeE])\.")
@@ -672,7 +362,7 @@ _LATIN_ABBREVIATION = re.compile(r"(?<![\w.])(?P<first>[eEiI])\.(?P<second>[gGeE
 
 def _rewrite_latin_abbreviation(match: re.Match[str]) -> str:
     key = (match.group("first") + match.group("second")).lower()
-    words = _LATIN_ABBREVIATIONS.get(key)
+    words = LATIN_ABBREVIATIONS.get(key)
     return match.group(0) if words is None else _fit(match, words)
 
 
@@ -693,10 +383,10 @@ def _rewrite_number_sign(match: re.Match[str]) -> str:
 
 # --- rewrites: money, percentages, units ------------------------------------------
 
-_CURRENCY_SYMBOLS = "".join(_CURRENCIES)
+_CURRENCY_SYMBOLS = "".join(CURRENCIES)
 _SCALE = (
     r"(?:\s?(?P<scale_word>thousand|million|billion|trillion)(?!\w)"
-    rf"|(?P<scale_abbreviation>{_alternation(_SCALE_ABBREVIATIONS)})(?!\w))"
+    rf"|(?P<scale_abbreviation>{_alternation(SCALE_ABBREVIATIONS)})(?!\w))"
 )
 _PREFIX_MONEY = re.compile(
     rf"(?:(?<!\w)(?P<sign>-))?(?P<symbol>[{_CURRENCY_SYMBOLS}])\s?"
@@ -708,13 +398,13 @@ _SUFFIX_MONEY = re.compile(rf"{_NUMBER}\s?(?P<symbol>[{_CURRENCY_SYMBOLS}])")
 def _say_money(match: re.Match[str]) -> str:
     """Money as people say it: "$3.50" -> "three dollars and fifty cents",
     "$0.99" -> "ninety-nine cents", "$2.5M" -> "two point five million dollars"."""
-    currency = _CURRENCIES[match.group("symbol")]
+    currency = CURRENCIES[match.group("symbol")]
     integer = match.group("int").replace(",", "")
     fraction = match.group("frac")
     groups = match.groupdict()
-    scale = groups.get("scale_word") or _SCALE_ABBREVIATIONS.get(groups.get("scale_abbreviation") or "")
+    scale = groups.get("scale_word") or SCALE_ABBREVIATIONS.get(groups.get("scale_abbreviation") or "")
     if scale:
-        words = f"{_decimal(integer, fraction)} {scale} {currency.major_plural}"
+        words = f"{decimal(integer, fraction)} {scale} {currency.major_plural}"
     elif (
         fraction is None
         or len(fraction) > 2
@@ -722,14 +412,14 @@ def _say_money(match: re.Match[str]) -> str:
         or currency.minor_plural is None
     ):
         unit = currency.major_singular if _is_exactly_one(match) else currency.major_plural
-        words = f"{_decimal(integer, fraction)} {unit}"
+        words = f"{decimal(integer, fraction)} {unit}"
     else:
         minor = int(fraction.ljust(2, "0"))
         major_is_zero = integer.strip("0") == ""
         major_unit = currency.major_singular if integer.lstrip("0") == "1" else currency.major_plural
         minor_unit = currency.minor_singular if minor == 1 else currency.minor_plural
-        major_words = f"{_cardinal(integer.lstrip('0') or '0')} {major_unit}"
-        minor_words = f"{_cardinal(str(minor))} {minor_unit}"
+        major_words = f"{cardinal(integer.lstrip('0') or '0')} {major_unit}"
+        minor_words = f"{cardinal(str(minor))} {minor_unit}"
         if minor == 0:
             words = major_words
         elif major_is_zero:
@@ -737,7 +427,7 @@ def _say_money(match: re.Match[str]) -> str:
         else:
             words = f"{major_words} and {minor_words}"
     if match.group("sign"):
-        words = f"{_SIGN_WORDS[match.group('sign')]} {words}"
+        words = f"{SIGN_WORDS[match.group('sign')]} {words}"
     return _fit(match, words)
 
 
@@ -749,14 +439,14 @@ def _rewrite_percentage(match: re.Match[str]) -> str:
 
 
 _UNIT_PATTERN = "|".join(
-    [r"°\s?C", r"°\s?F"] + [re.escape(unit) for unit in sorted(_UNITS, key=len, reverse=True)]
+    [r"°\s?C", r"°\s?F"] + [re.escape(unit) for unit in sorted(UNITS, key=len, reverse=True)]
 )
 _NUMBER_WITH_UNIT = re.compile(rf"{_NUMBER}\s?(?P<unit>{_UNIT_PATTERN})(?![\w/])")
 
 
 def _rewrite_number_with_unit(match: re.Match[str]) -> str:
     unit_key = "".join(match.group("unit").split())
-    singular, plural = _UNITS[unit_key]
+    singular, plural = UNITS[unit_key]
     unit = singular if _is_exactly_one(match) else plural
     return _fit(match, f"{_signed_number(match)} {unit}")
 
@@ -764,19 +454,19 @@ def _rewrite_number_with_unit(match: re.Match[str]) -> str:
 # --- rewrites: years, ordinals ------------------------------------------------------
 
 _YEAR_IN_CONTEXT = re.compile(
-    rf"\b(?P<cue>(?i:{'|'.join(_YEAR_CUE_WORDS)}))\s+(?P<first>{_YEAR_NUMBER})"
+    rf"\b(?P<cue>(?i:{'|'.join(YEAR_CUE_WORDS)}))\s+(?P<first>{_YEAR_NUMBER})"
     rf"(?:(?P<joiner>\s*[-\u2013]\s*|\s+(?:and|or|to)\s+)(?P<second>{_YEAR_NUMBER}))?"
     r"(?![\w%]|[.,][0-9])"
 )
 
 
 def _rewrite_year_in_context(match: re.Match[str]) -> str:
-    words = f"{match.group('cue')} {_year(int(match.group('first')))}"
+    words = f"{match.group('cue')} {year_words(int(match.group('first')))}"
     second = match.group("second")
     if second is not None:
         joiner = match.group("joiner").strip()
         joiner = "to" if joiner in ("-", "\u2013") else joiner
-        words = f"{words} {joiner} {_year(int(second))}"
+        words = f"{words} {joiner} {year_words(int(second))}"
     return words
 
 
@@ -784,7 +474,7 @@ _ORDINAL_NUMBER = re.compile(rf"{_NUMBER_START}{_INTEGER}(?i:st|nd|rd|th)(?!\w)"
 
 
 def _rewrite_ordinal_number(match: re.Match[str]) -> str:
-    return _fit(match, _ordinal(match.group("int").replace(",", "")))
+    return _fit(match, ordinal(match.group("int").replace(",", "")))
 
 
 # --- rewrites: symbols and plain numbers -------------------------------------------
@@ -809,7 +499,7 @@ _DOTTED_NUMBER = re.compile(r"(?<![0-9])(?<![0-9][.,])[0-9]+(?:\.[0-9]+){2,}(?![
 
 
 def _rewrite_dotted_number(match: re.Match[str]) -> str:
-    return _fit(match, " dot ".join(_cardinal(part) for part in match.group(0).split(".")))
+    return _fit(match, " dot ".join(cardinal(part) for part in match.group(0).split(".")))
 
 
 _PLAIN_NUMBER = re.compile(_NUMBER)
@@ -819,12 +509,17 @@ def _rewrite_plain_number(match: re.Match[str]) -> str:
     return _fit(match, _signed_number(match))
 
 
-_DIGIT_RUN = re.compile(r"[0-9]+")
+# A comma between digits that no earlier rewrite claimed is not a thousands separator
+# (_INTEGER takes those: "1,250"): it separates the items of a list ("1,2,3", "1,2345").
+_DIGIT_RUN = re.compile(r"(?P<digits>[0-9]+)(?P<list_comma>,(?=[0-9]))?")
 
 
 def _rewrite_digit_run(match: re.Match[str]) -> str:
-    """Last resort for digits no earlier rewrite claimed ("1,2345", "a1.5")."""
-    return _fit(match, _cardinal(match.group(0)))
+    """Last resort for digits no earlier rewrite claimed ("1,2345", "a1.5"). A list's
+    comma gets its space ("1,2,3": "one, two, three"), so the phonemiser pauses there
+    and a long list can be cut into chunks at its commas."""
+    words = cardinal(match.group("digits"))
+    return _fit(match, f"{words}, " if match.group("list_comma") else words)
 
 
 class _Rewrite(NamedTuple):
@@ -874,9 +569,9 @@ _REWRITES: tuple[_Rewrite, ...] = (
 def _clean_characters(text: str) -> str:
     """Unify the many Unicode spellings of the same text (full-width digits,
     "℃", non-breaking spaces, curly quotes) so the rewrites see one form."""
-    text = text.translate(_BEFORE_NFKC)
+    text = text.translate(BEFORE_NFKC)
     text = unicodedata.normalize("NFKC", text)
-    return text.translate(_AFTER_NFKC)
+    return text.translate(AFTER_NFKC)
 
 
 def normalize_english(text: str) -> str:
