@@ -343,13 +343,24 @@ async def _stream_ends(responses: Any) -> bool:
     return True
 
 
+# An error inside a stream carries only the server's message. tts_stream puts its code
+# in front ("[INVALID_ARG] ...": triton_tts/errors.py, CODE_TAG); what has no code is the
+# server's own failure (a dead instance, say), never the caller's.
+STREAM_CODE = re.compile(r"^\[([A-Z_]+)\] ")
+
+
 def _stream_error(error: InferenceServerException, url: str) -> TTSError:
-    # An error response inside a stream carries only the server's message: the server
-    # answered and refused this request (for load, or for what it asked).
     message = error.message() or str(error)
     if error.status() or _is_busy(message):
         return classify(error, url)
-    return RequestRejected(message)
+    tagged = STREAM_CODE.match(message)
+    code = tagged.group(1) if tagged else None
+    message = message[tagged.end() :] if tagged else message
+    if code == "INVALID_ARG":
+        return RequestRejected(message)
+    if code == "UNAVAILABLE":
+        return ServerUnavailable(f"{url} could not take the stream: {message}")
+    return TTSError(f"{message} (status {code})" if code else message)
 
 
 def _needs_grpc(protocol: str) -> None:

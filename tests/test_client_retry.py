@@ -25,6 +25,7 @@ from triton_tts.client.tts_client import (
     SynthesisResult,
     TimedOut,
     TTSClient,
+    TTSError,
     classify,
 )
 
@@ -77,12 +78,20 @@ def test_busy_statuses_are_told_apart(status: str, message: str, kind: type[Exce
     assert isinstance(err, ServerUnavailable) == (kind in (ServerBusy, ServerUnavailable))  # compatible
 
 
-def test_a_streams_refusal_is_busy_by_its_words() -> None:
+def test_a_streams_errors_are_told_apart_by_their_code_tag() -> None:
     """In a gRPC stream an error response carries no status code, only the message."""
     busy = tts_client._stream_error(InferenceServerException(STREAMS_FULL), URL)
     assert isinstance(busy, ServerBusy) and "retry" in str(busy)
-    rejected = tts_client._stream_error(InferenceServerException("TEXT is empty"), URL)
-    assert type(rejected) is RequestRejected
+    # tts_stream's own errors name their code (triton_tts/errors.py, CODE_TAG) ...
+    rejected = tts_client._stream_error(InferenceServerException("[INVALID_ARG] TEXT is empty"), URL)
+    assert type(rejected) is RequestRejected and str(rejected) == "TEXT is empty"
+    failed = tts_client._stream_error(InferenceServerException("[INTERNAL] synthesis failed: x"), URL)
+    assert type(failed) is TTSError and "INTERNAL" in str(failed)
+    # ... and an error without one is the server's failure, not the caller's fault
+    dead = tts_client._stream_error(
+        InferenceServerException("Stub process 'tts_stream_0_0' is not healthy."), URL
+    )
+    assert type(dead) is TTSError
 
 
 RESULT = SynthesisResult(np.zeros(10, np.float32), 22050)

@@ -41,11 +41,19 @@ def request_id(request: Any) -> str:
     return given if given else f"anon-{uuid.uuid4().hex[:12]}"
 
 
-class RequestErrors:
-    """One model's error responses; made once in ``initialize`` with the model's name."""
+# A decoupled model's error reaches a gRPC stream as its message only: Triton's stream
+# responses carry no status code. ``tagged`` models put the code in front, in this form,
+# so a client can tell a caller's error from the server's (client/tts_client.py reads it).
+CODE_TAG = "[{code}] "
 
-    def __init__(self, model: str) -> None:
+
+class RequestErrors:
+    """One model's error responses; made once in ``initialize`` with the model's name;
+    ``tagged`` (decoupled models): each message starts with its code (CODE_TAG)."""
+
+    def __init__(self, model: str, tagged: bool = False) -> None:
         self.model = model
+        self.tagged = tagged
 
     def response(self, request_id: str, message: str, code: int | None = None) -> Any:
         """The error response for a request (``code``: a pb_utils.TritonError code,
@@ -57,7 +65,8 @@ class RequestErrors:
             pb_utils.Logger.log_warn(f"{self.model}: request {request_id} refused ({name}): {message}")
         else:
             pb_utils.Logger.log_error(f"{self.model}: request {request_id} failed ({name}): {message}")
-        return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, code))
+        sent = CODE_TAG.format(code=name) + message if self.tagged else message
+        return pb_utils.InferenceResponse(error=pb_utils.TritonError(sent, code))
 
     def invalid(self, request_id: str, message: str) -> Any:
         """A refusal of the request as malformed (INVALID_ARG: HTTP 400)."""

@@ -86,7 +86,7 @@ class TritonPythonModel:
         )
         voices = [v.name for v in self.settings.voices]
         self.metrics = TTSMetrics("tts_stream", args["model_instance_name"], voices, streaming=True)
-        self.errors = RequestErrors(args["model_name"])
+        self.errors = RequestErrors(args["model_name"], tagged=True)  # a stream's errors carry no code
 
     def execute(self, requests: list[Any]) -> None:
         # Read and admit here (a refusal goes out before any work), stream from threads.
