@@ -185,9 +185,15 @@ def test_a_long_sentence_is_cut_at_clauses_before_words() -> None:
     ]
 
 
-def test_a_word_longer_than_the_limit_is_a_chunk_of_its_own() -> None:
+def test_a_word_longer_than_the_limit_is_cut_to_fit() -> None:
+    """No chunk is ever over its limit; the cut rules: tests/test_long_tokens.py."""
     long_word = "x" * 50
-    assert split_text(f"a {long_word} b", ChunkPlan(20, 20)) == ["a", long_word, "b"]
+    assert split_text(f"a {long_word} b", ChunkPlan(20, 20)) == ["a", "x" * 20, "x" * 20, "x" * 10 + " b"]
+    assert split_text("see one-two-three-four-five now", ChunkPlan(12, 12)) == [
+        "see one-two-",
+        "three-four-",
+        "five now",
+    ]
 
 
 def test_the_first_chunk_is_the_first_sentence() -> None:
@@ -217,8 +223,8 @@ def test_nothing_is_dropped_added_or_moved(text: str, plan: ChunkPlan) -> None:
     assert re.sub(r"\s", "", "".join(chunks)) == re.sub(r"\s", "", text)
     for chunk in chunks:
         assert chunk == chunk.strip() and "  " not in chunk and "\n" not in chunk
-        assert len(chunk) <= plan.max_chars or " " not in chunk  # only a single word is longer
-    assert len(chunks[0]) <= plan.first_chars or " " not in chunks[0]
+        assert len(chunk) <= plan.max_chars
+    assert len(chunks[0]) <= plan.first_chars
 
 
 def test_paragraph_chunk_counts_worked_out_by_hand() -> None:

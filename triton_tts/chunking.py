@@ -7,8 +7,10 @@ each with its own plan: ``tts`` whole sentences, a stream a short first chunk an
 Chunking: text (normalised, or as written with NORMALIZE false) is split into sentences,
 then packed into chunks of up to ``max_chars``. The first chunk is kept short (the first
 sentence, or its first clauses up to ``first_chars``) so the first audio arrives fast;
-over-long sentences are split at clause punctuation, then at spaces. The rules, each
-pinned by tests/test_chunking.py: a sentence ends at ". ! ? …" before whitespace and a
+over-long sentences are split at clause punctuation, then at spaces, and a word longer
+than a chunk at its safest point (:func:`cut_word`), so that every chunk fits its limit
+whatever the text: no request fails on a long word. The rules, each pinned by
+tests/test_chunking.py (and tests/test_long_tokens.py): a sentence ends at ". ! ? …" before whitespace and a
 word that is not lower-case, but not after a title ("Dr."), an initial ("J.") or a list
 number ("1."); at "。！？；" of CJK text; at a blank line; and before a list item's line.
 Joining: each chunk gets a short raised-cosine fade in and out, so no click is
@@ -18,6 +20,7 @@ heard where two waveforms meet; the natural pause VITS puts at a sentence end re
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -26,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from triton_tts.text.english_data import LEADING_ABBREVIATIONS
+from triton_tts.text.han import HAN
 
 FIRST_CHUNK_CHARS = 160  # the first sentence, or its first clauses if longer (the server's: model_configs)
 CHUNK_CHARS = 400
@@ -59,6 +63,16 @@ _NEXT_CHARACTER = re.compile(r"\s*(\S?)")
 # The cut is at the "gap" group: the space after the mark (or nothing after a CJK mark).
 _CLAUSE_BREAK = re.compile(rf"(?:[,;:—–](?=[ {_CJK}])|[，、；：])(?P<gap> ?)")
 _WORD_BREAK = re.compile(r"(?P<gap> )")
+# Where a word longer than a chunk is cut (between two characters), safest first: after
+# punctuation, before a letter or digit ("one,two", URLs and paths, base64's "+/",
+# identifiers' "-_."); where the script or the case changes ("camelCase", "abc123", a Han
+# character next to a Latin one); between two Han characters (a syllable each) or two
+# Latin syllables (a vowel, then a consonant before a vowel: "ba|na|na"); else anywhere,
+# never before a combining mark (an accent, a vowel sign). The cut is the latest of the
+# safest kind in the last half of the piece, so pieces stay at least half a chunk long.
+_HAN = re.compile(f"[{HAN}]")
+_VOWELS = frozenset("aeiouyAEIOUYàáâäèéêëìíîïòóôöùúûüāēīōū")
+_ANYWHERE = 3  # the rank of a cut of no safer kind
 
 
 @dataclass(frozen=True)
@@ -95,11 +109,14 @@ class ChunkPlan:
 
 
 def halves(text: str) -> list[str]:
-    """Two (or a few) pieces of about half the text, cut where split_text would cut; a
-    single word is cut in the middle. [] when there is nothing left to cut."""
+    """Two (or a few) pieces of about half the text, cut where split_text would cut (a
+    long word inside it at its safest point); a text of one word is cut in its middle
+    (two pieces of one word are two words either way). [] when there is nothing left to cut."""
     if len(text) < 2:
         return []
     half = (len(text) + 1) // 2
+    if _WHITESPACE.search(text) is None:
+        return [text[:half], text[half:]]
     pieces = split_text(text, ChunkPlan(half, half))
     if len(pieces) > 1:
         return pieces
@@ -162,14 +179,74 @@ def _split_at(piece: _Piece, boundary: re.Pattern[str]) -> list[_Piece]:
     return [p for p in parts if p.text]
 
 
+def _cut_rank(text: str, at: int) -> int:
+    """How safe a cut of ``text`` before ``text[at]`` is: 0 safest, :data:`_ANYWHERE`
+    for no safer kind, one more for a cut before a combining mark (the word's rules)."""
+    before, after = text[at - 1], text[at]
+    if unicodedata.category(after).startswith("M"):  # an accent, a vowel sign: its letter's
+        return _ANYWHERE + 1
+    if not after.isalnum():
+        return _ANYWHERE
+    if not before.isalnum() and not unicodedata.category(before).startswith("M"):
+        return 0
+    before_han, after_han = bool(_HAN.match(before)), bool(_HAN.match(after))
+    if (
+        before_han != after_han
+        or before.isdigit() != after.isdigit()
+        or (before.islower() and after.isupper())
+    ):
+        return 1
+    if before_han or (
+        before in _VOWELS
+        and after.isalpha()
+        and after not in _VOWELS
+        and at + 1 < len(text)
+        and text[at + 1] in _VOWELS
+    ):
+        return 2
+    return _ANYWHERE
+
+
+def _safest_cut(text: str, first: int, last: int) -> int:
+    """The latest of the safest cuts at ``first..last`` (positions in ``text``)."""
+    best, best_rank = last, _ANYWHERE + 2
+    for at in range(last, first - 1, -1):
+        rank = _cut_rank(text, at)
+        if rank == 0:
+            return at
+        if rank < best_rank:
+            best, best_rank = at, rank
+    return best
+
+
+def cut_word(word: str, limit: int) -> list[str]:
+    """``word`` in pieces of at most ``limit`` characters that join to it, each cut at the
+    safest point in the last half of its piece (_cut_rank's kinds, safest first)."""
+    return [piece.text for piece in _cut(_Piece(word), limit)]
+
+
+def _cut(word: _Piece, limit: int) -> list[_Piece]:
+    pieces, start, spaced = [], 0, word.spaced
+    while len(word.text) - start > limit:
+        cut = _safest_cut(word.text, start + max(1, limit // 2), start + limit)
+        pieces.append(_Piece(word.text[start:cut], spaced))
+        start, spaced = cut, False
+    pieces.append(_Piece(word.text[start:], spaced))
+    return pieces
+
+
 def _units(sentence: _Piece, limit: int) -> list[_Piece]:
     """A sentence in pieces of at most ``limit``: whole if it fits, else its clauses that
-    fit and the words of those that do not. A word longer than ``limit`` stays whole."""
+    fit, the words of those that do not, and a word longer than ``limit`` cut (_cut)."""
     if len(sentence.text) <= limit:
         return [sentence]
     units: list[_Piece] = []
     for clause in _split_at(sentence, _CLAUSE_BREAK):
-        units += [clause] if len(clause.text) <= limit else _split_at(clause, _WORD_BREAK)
+        if len(clause.text) <= limit:
+            units.append(clause)
+            continue
+        for word in _split_at(clause, _WORD_BREAK):
+            units += [word] if len(word.text) <= limit else _cut(word, limit)
     return units
 
 
@@ -210,7 +287,7 @@ def _pack(units: list[_Piece], limit: int) -> list[list[_Piece]]:
 def _ramped(sentences: list[_Piece], plan: ChunkPlan, said: int) -> list[list[_Piece]]:
     """Greedy packing under a limit that grows with what is said (ChunkPlan.limit_after):
     a sentence longer than the chunk's limit is cut after its clauses (not between words,
-    unless one is longer than ``max_chars``), and a chunk takes at least one piece."""
+    unless it is longer than ``max_chars``), and a chunk takes at least one piece."""
     packer = _Packer(plan.limit_after, said)
     for sentence in sentences:
         if len(sentence.text) > plan.max_chars:
@@ -231,11 +308,13 @@ def split_text(text: str, plan: ChunkPlan = ChunkPlan()) -> list[str]:
     The first chunk is the first sentence alone, or as many of its first clauses (then
     words) as fit in ``plan.first_chars``. The rest are packed greedily: each chunk takes
     as many whole sentences as fit in ``plan.max_chars``; a longer sentence is cut after
-    clause punctuation (",;:—–" and "，、；："), and a clause that is still too long,
-    between words. Never inside a word: a single word longer than the limit is a chunk
-    of its own. With ``plan.growth`` (a ramp), a later chunk's limit is at most that
-    many times the characters before it: the chunks after the first grow from short to
-    ``max_chars``, and a sentence over a ramped limit is cut after its clauses only."""
+    clause punctuation (",;:—–" and "，、；："), a clause that is still too long between
+    words, and a word longer than the limit at its safest point (:func:`cut_word`): the
+    first chunk is never longer than ``plan.first_chars``, nor any other than
+    ``plan.max_chars``, whatever the text. With ``plan.growth`` (a ramp), a later
+    chunk's limit is at most that many times the characters before it: the chunks after
+    the first grow from short to ``max_chars``, and a sentence over a ramped limit (but
+    within ``max_chars``) is cut after its clauses only."""
     sentences = _sentences(text)
     if not sentences:
         return []
