@@ -257,6 +257,29 @@ def test_the_number_list_is_said_through_tts_and_tts_stream(
     assert_says_as_long(np.concatenate([c["audio"] for c in chunks]), listed)
 
 
+def test_the_number_list_streams_whole_through_the_gateway(
+    gateway: str, http: httpclient.InferenceServerClient
+) -> None:
+    """Through the gateway the refused chunk broke the streamed response mid-way."""
+    import openai
+
+    from triton_tts.gateway.audio import PCM_RATE
+
+    client = openai.OpenAI(base_url=f"{gateway}/v1", api_key="not-needed", max_retries=0)
+    with client.audio.speech.with_streaming_response.create(
+        model="tts-1",
+        voice="alloy",
+        input=NUMBER_LIST,
+        response_format="pcm",
+        extra_body={"noise_scale": 0.0, "noise_w": 0.0},
+    ) as response:
+        assert response.status_code == 200
+        streamed = np.frombuffer(response.read(), "<i2").astype(np.float32) / 32768.0
+    whole, rate = speak(http, NUMBER_LIST, **NO_NOISE)
+    # the same speech, resampled to OpenAI's 24 kHz pcm (and a stream's joins: 6%)
+    assert abs(streamed.size / PCM_RATE - whole.size / rate) <= 0.06 * whole.size / rate
+
+
 def test_a_word_longer_than_a_request_chunk_is_said(http: httpclient.InferenceServerClient) -> None:
     """A 1,200-character word: over tts_chunk's 1,000 characters, so it was refused whole."""
     word = "-".join(["banana"] * 172)[:1200]
