@@ -1,16 +1,20 @@
 # triton-tts on the official Triton Inference Server image.
 #
-# Triton 24.10 ships tritonserver 2.51.0, the version this project tests against (the
-# nvidia-pytriton 0.7.0 wheel), with the python, onnxruntime and tensorrt backends,
-# CUDA 12.6 and TensorRT 10.5. Build and push (see docs/deployment.md):
+# Triton 26.08 (tritonserver 2.72.0, Ubuntu 24.04 with Python 3.12, CUDA 13.4) with the
+# python, onnxruntime and tensorrt backends: a release with the 2025 security fixes (HTTP
+# chunked handling, CVE-2025-23310/23311; the Python backend's shared-memory chain,
+# CVE-2025-23319/23320/23334) that 24.10 (2.51) lacks. The tests run the nvidia-pytriton
+# wheel's tritonserver 2.51.0 and serve this image's requirement set on Python 3.12
+# (tests/test_image_install.py); what that leaves unproven: docs/deployment.md, "Which
+# Triton". Build and push (see docs/deployment.md):
 #   docker build -t REGISTRY/triton-tts:0.1.0 .
 #   docker push REGISTRY/triton-tts:0.1.0
-ARG TRITON_IMAGE=nvcr.io/nvidia/tritonserver:24.10-py3
+ARG TRITON_IMAGE=nvcr.io/nvidia/tritonserver:26.08-py3
 
 # --- build: wheels of the image's requirement set and of the project (build tools stay here)
 FROM ${TRITON_IMAGE} AS build
 WORKDIR /src
-# The exact set tests/test_image_install.py installs on Python 3.10 (this image's Python).
+# The exact set tests/test_image_install.py installs on Python 3.12 (this image's Python).
 COPY requirements/image.txt requirements/image.txt
 RUN python3 -m pip wheel --no-cache-dir --use-pep517 --wheel-dir /wheels -r requirements/image.txt
 COPY pyproject.toml README.md LICENSE ./
@@ -24,18 +28,24 @@ RUN python3 -m pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 FROM ${TRITON_IMAGE}
 ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
- && apt-get install -y --no-install-recommends espeak-ng libsndfile1 \
+ && apt-get install -y --no-install-recommends espeak-ng libsndfile1 python3-venv \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /wheels /tmp/wheels
 COPY requirements/image.txt /tmp/image-requirements.txt
-# The repository template (configs + model code) is package data of the wheel.
-RUN python3 -m pip install --no-cache-dir --no-index --find-links /tmp/wheels \
+# A virtualenv of the image's Python, as the image test installs it: Ubuntu 24.04's Python
+# is externally managed (PEP 668), and pip cannot replace the packages Debian put there.
+# Its bin/ comes first on PATH, where the Python-backend stub finds its packages (the stub
+# ignores PYTHONPATH). The repository template (configs + model code) is package data.
+RUN python3 -m venv /opt/triton-tts \
+ && /opt/triton-tts/bin/pip install --no-cache-dir --no-index --find-links /tmp/wheels \
       -r /tmp/image-requirements.txt triton-tts \
  && rm -rf /tmp/wheels /tmp/image-requirements.txt
 
 # Read-only root filesystem: every cache and temporary file goes under /tmp, which the
 # chart mounts as an emptyDir (phonemizer copies libespeak-ng to a temporary directory).
-ENV TRITON_TTS_HOME=/tmp/triton-tts \
+ENV PATH=/opt/triton-tts/bin:$PATH \
+    VIRTUAL_ENV=/opt/triton-tts \
+    TRITON_TTS_HOME=/tmp/triton-tts \
     HOME=/tmp \
     TMPDIR=/tmp \
     XDG_CACHE_HOME=/tmp/.cache \

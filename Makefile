@@ -17,11 +17,11 @@ DEV_APT_PACKAGES := chromium
 # Voices and the built repository live in the checkout (see triton_tts/paths.py).
 export TRITON_TTS_HOME := $(CURDIR)
 REPOSITORY := build/model_repository
-# The Python of the Triton image (tritonserver:24.10-py3 has 3.10): the image's
+# The Python of the Triton image (tritonserver:26.08-py3 has 3.12): the image's
 # requirement set is installed and served with it in tests/test_image_install.py.
-PY310 ?= $(shell pyenv prefix 3.10.13 2>/dev/null)/bin/python3.10
-export PY310
-IMAGE_WHEELS := .wheelhouse/py310
+PY312 ?= $(shell pyenv prefix 3.12.1 2>/dev/null)/bin/python3.12
+export PY312
+IMAGE_WHEELS := .wheelhouse/py312
 # Read from pyproject.toml, their one home: the local tritonserver and the build backend.
 LOCAL_SERVER := $(shell grep -o 'nvidia-pytriton==[0-9.]*' pyproject.toml)
 BUILD_BACKEND := $(shell grep -o 'setuptools==[0-9.]*' pyproject.toml)
@@ -76,11 +76,11 @@ $(HELM): | $(BIN)/python
 $(PROMTOOL):
 	$(PYTHON) scripts/fetch_promtool.py .tools
 
-# Wheels of the image's requirement set (and of the local tritonserver) for Python 3.10,
+# Wheels of the image's requirement set (and of the local tritonserver) for Python 3.12,
 # fetched at set-up so that the image test installs offline, as the Dockerfile does.
 $(IMAGE_WHEELS)/.complete: requirements/image.txt pyproject.toml
-	@test -x "$(PY310)" || { echo "no Python 3.10 at '$(PY310)': set PY310=/path/to/python3.10"; exit 1; }
-	$(PY310) -m pip wheel -q --use-pep517 -w $(IMAGE_WHEELS) -r requirements/image.txt -c requirements/image.txt \
+	@test -x "$(PY312)" || { echo "no Python 3.12 at '$(PY312)': set PY312=/path/to/python3.12"; exit 1; }
+	$(PY312) -m pip wheel -q --use-pep517 -w $(IMAGE_WHEELS) -r requirements/image.txt -c requirements/image.txt \
 		"$(LOCAL_SERVER)" "$(BUILD_BACKEND)"
 	touch $@
 

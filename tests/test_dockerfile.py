@@ -8,7 +8,9 @@ import dockerfile
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
-TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:24.10-py3"  # Triton 2.51.0, as tested here
+# Triton 2.72.0 (Python 3.12): the 2025 security fixes. The tests run 2.51.0 (the
+# nvidia-pytriton wheel); docs/deployment.md, "Which Triton", says what stays unproven.
+TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:26.08-py3"
 
 
 def stages() -> list[list[dockerfile.Command]]:
@@ -22,15 +24,17 @@ def stages() -> list[list[dockerfile.Command]]:
     return result
 
 
-def test_based_on_the_triton_release_we_test_against() -> None:
+def test_based_on_the_triton_release_we_ship() -> None:
     commands = dockerfile.parse_file(str(PROJECT_ROOT / "Dockerfile"))
     arg = next(c for c in commands if c.cmd == "ARG" and c.value[0].startswith("TRITON_IMAGE="))
     assert arg.value[0] == f"TRITON_IMAGE={TRITON_IMAGE}"
     assert all(s[0].value[0] == "${TRITON_IMAGE}" for s in stages())
     from importlib.metadata import version
 
-    assert version("tritonclient") == "2.51.0"  # the client matches the server in the image
-    assert version("nvidia-pytriton") == "0.7.0"  # whose tritonserver is 2.51.0 too
+    # the local server the tests run, and the client of its release (its perf_analyzer); the
+    # KServe v2 protocol they speak is the image's too
+    assert version("tritonclient") == "2.51.0"
+    assert version("nvidia-pytriton") == "0.7.0"  # tritonserver 2.51.0
 
 
 def test_final_stage_is_lean_non_root_and_read_only_friendly() -> None:
@@ -63,7 +67,9 @@ def test_generated_artefacts_stay_out_of_the_build_context() -> None:
 
 def test_installs_exactly_the_tested_requirement_set_without_repairs() -> None:
     """The image installs requirements/image.txt (what tests/test_image_install.py serves
-    with on Python 3.10), offline from the build stage's wheels; nothing patches the tree."""
+    with on Python 3.12), offline from the build stage's wheels, into a virtualenv whose bin/
+    is first on PATH (where the Python-backend stub finds its packages); nothing patches
+    the tree."""
     build, final = stages()[0], stages()[-1]
     build_runs = [" ".join(c.value) for c in build if c.cmd == "RUN"]
     assert any("-r requirements/image.txt" in run and "pip wheel" in run for run in build_runs)
@@ -73,6 +79,13 @@ def test_installs_exactly_the_tested_requirement_set_without_repairs() -> None:
     install = next(" ".join(c.value) for c in final if c.cmd == "RUN" and "pip install" in " ".join(c.value))
     assert "--no-index" in install and "-r /tmp/image-requirements.txt" in install
     assert [c.value for c in final if c.cmd == "COPY" and "image.txt" in c.value[0]]
+    venv = install.split("python3 -m venv ", 1)[1].split()[0]
+    assert f"{venv}/bin/pip install" in install  # never the externally managed system Python
+    env = {}
+    for c in final:
+        if c.cmd == "ENV":
+            env.update(dict(zip(c.value[::2], c.value[1::2], strict=True)))
+    assert env["PATH"].split(":")[0] == f"{venv}/bin"
 
 
 def test_exposes_the_ports_the_chart_serves_on() -> None:

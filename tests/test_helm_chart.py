@@ -193,9 +193,9 @@ def test_tensorrt_with_queue_time_autoscaling(helm: Path) -> None:
     monitor = by_kind(docs, "ServiceMonitor")
     assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
-    assert (
+    assert (  # the Ingress's default backend: the gateway (sidecar: the release's Service)
         by_kind(docs, "Ingress")["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]["port"]["name"]
-        == "http"
+        == "gateway"
     )
 
 
@@ -452,7 +452,8 @@ def test_engine_cache_volume_reaches_the_tensorrt_export_only(helm: Path) -> Non
     assert "engine-cache" not in {v["name"] for v in pod["volumes"]}
 
 
-# Triton 2.51's own series (core src/metrics.cc at r24.10) that a dashboard may read.
+# Triton's own series that a dashboard may read: the same names in core src/metrics.cc at
+# r24.10 (2.51, the tests' server) and at main of June 2026 (26.08's 2.72, the image's).
 TRITON_METRICS = {
     "nv_inference_request_success", "nv_inference_request_failure", "nv_inference_count",
     "nv_inference_exec_count", "nv_inference_request_duration_us", "nv_inference_queue_duration_us",
@@ -681,13 +682,19 @@ def test_gateway_api_keys_come_from_the_secret(helm: Path, mode: str) -> None:
         helm, "--set", f"gateway.mode={mode}",
         "--set", "gateway.apiKeySecret.name=tts-gateway-keys", "--set", "gateway.apiKeySecret.key=keys",
     )  # fmt: skip
-    assert gateway_of(docs)["env"] == [
-        {
-            "name": "TRITON_TTS_API_KEY",  # the gateway reads its keys from this variable only
-            "valueFrom": {"secretKeyRef": {"name": "tts-gateway-keys", "key": "keys"}},
-        }
-    ]
-    assert "TRITON_TTS_API_KEY" not in json.dumps(triton_container(docs) if mode == "sidecar" else {})
+    key = {
+        "name": "TRITON_TTS_API_KEY",  # the gateway reads its keys from this variable only
+        "valueFrom": {"secretKeyRef": {"name": "tts-gateway-keys", "key": "keys"}},
+    }
+    assert gateway_of(docs)["env"] == [key]
+
+    # and `triton-tts serve` restricts Triton's inference APIs to the same key, in either mode
+    def triton_env(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        pod = named(docs, "Deployment")["tts-triton-tts"]["spec"]["template"]["spec"]
+        return list(next(c for c in pod["containers"] if c["name"] == "tritonserver").get("env", []))
+
+    assert triton_env(docs) == [key]
+    assert triton_env(render(helm, "--set", f"gateway.mode={mode}")) == []  # no Secret: no key
 
 
 @pytest.mark.parametrize("mode", ["sidecar", "deployment"])
@@ -756,9 +763,12 @@ def test_the_charts_gateway_command_is_the_clis(
 
 @pytest.mark.parametrize("mode", ["sidecar", "deployment"])
 def test_the_ingress_can_route_to_the_gateway(helm: Path, mode: str) -> None:
-    """ingress.backend=gateway: the Ingress's Service and port lead to the container that
-    serves the gateway's port and probes, in either mode; the default stays Triton's HTTP."""
+    """ingress.backend=gateway (the default): the Ingress's Service and port lead to the
+    container that serves the gateway's port and probes, in either mode; triton: Triton's HTTP."""
     base = ["--set", "ingress.enabled=true", "--set", f"gateway.mode={mode}"]
+    assert (
+        yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8"))["ingress"]["backend"] == "gateway"
+    )
     for backend, container_name in (("triton", "tritonserver"), ("gateway", "gateway")):
         docs = render(helm, *base, "--set", f"ingress.backend={backend}")
         (ingress,) = named(docs, "Ingress").values()
@@ -860,3 +870,173 @@ def test_the_dashboards_gateway_panels_read_the_pods_that_serve_them(helm: Path,
     off = render(helm, "--set", "gateway.enabled=false", "--set", "grafanaDashboard.enabled=true")
     (config_map,) = [d for d in off if d["kind"] == "ConfigMap"]
     assert "triton_tts_gateway" not in json.dumps(config_map["data"])
+
+
+# --- NetworkPolicy: who reaches which port, evaluated as Kubernetes does (Ingress rules)
+
+NAMESPACE = "speech"  # render()'s
+PEER_JOB = {"namespace": "batch", "labels": {"app": "audiobook-renderer"}}  # ci/network-policy-values.yaml
+INGRESS_CONTROLLER = {
+    "namespace": "ingress-nginx",
+    "labels": {"app.kubernetes.io/component": "controller"},
+}
+PROMETHEUS = {"namespace": "monitoring", "labels": {"app.kubernetes.io/name": "prometheus"}}
+STRANGER = {"namespace": "speech", "labels": {"app": "someone-else"}}  # a pod beside ours
+
+
+def matches(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """A Kubernetes label selector (matchLabels and matchExpressions) on ``labels``."""
+    if not selects(selector.get("matchLabels", {}), labels):
+        return False
+    for expression in selector.get("matchExpressions", []):
+        key, operator, values = expression["key"], expression["operator"], expression.get("values", [])
+        if not {
+            "In": key in labels and labels[key] in values,
+            "NotIn": key not in labels or labels[key] not in values,
+            "Exists": key in labels,
+            "DoesNotExist": key not in labels,
+        }[operator]:
+            return False
+    return True
+
+
+def peer_admits(peer: dict[str, Any], source: dict[str, Any]) -> bool:
+    if "ipBlock" in peer:
+        import ipaddress
+
+        ip = source.get("ip")
+        block = peer["ipBlock"]
+        return (
+            ip is not None
+            and ipaddress.ip_address(ip) in ipaddress.ip_network(block["cidr"])
+            and not any(ipaddress.ip_address(ip) in ipaddress.ip_network(e) for e in block.get("except", []))
+        )
+    if "namespace" not in source:  # an address outside the cluster's pods
+        return False
+    namespace_labels = {"kubernetes.io/metadata.name": source["namespace"]}
+    if "namespaceSelector" in peer:
+        in_namespace = matches(peer["namespaceSelector"], namespace_labels)
+    else:  # a podSelector alone: pods of the policy's own namespace
+        in_namespace = source["namespace"] == NAMESPACE
+    return in_namespace and matches(peer.get("podSelector", {}), source["labels"])
+
+
+def reachable(docs: list[dict[str, Any]], deployment: str, source: dict[str, Any]) -> set[str]:
+    """The named container ports of ``deployment``'s pods that ``source`` may connect to."""
+    pod = named(docs, "Deployment")[deployment]["spec"]["template"]
+    ports = {p["name"] for c in pod["spec"]["containers"] for p in c.get("ports", [])}
+    policies = [
+        d
+        for d in docs
+        if d["kind"] == "NetworkPolicy" and matches(d["spec"]["podSelector"], pod["metadata"]["labels"])
+    ]
+    if not policies:
+        return ports  # no policy selects the pod: everything is open
+    allowed: set[str] = set()
+    for policy in policies:
+        assert policy["spec"]["policyTypes"] == ["Ingress"]  # egress stays open (object storage, Triton)
+        for rule in policy["spec"].get("ingress", []):
+            if "from" in rule and not any(peer_admits(peer, source) for peer in rule["from"]):
+                continue
+            for port in rule.get("ports", [{"port": name} for name in ports]):
+                assert port["port"] in ports, (
+                    f"{policy['metadata']['name']}: no container port {port['port']}"
+                )
+                allowed.add(port["port"])
+    return allowed
+
+
+def test_the_network_policy_keeps_tritons_ports_to_the_pod_and_monitoring(helm: Path) -> None:
+    """Defaults (gateway sidecar): from outside the pod, Triton's HTTP and gRPC are closed to
+    everyone; its metrics open to the monitoring namespace; the gateway's port (what the
+    Ingress routes to) open to all; the health port to no pod (the kubelet's probes come
+    from the node, which no policy filters)."""
+    docs = render(helm)
+    (policy,) = named(docs, "NetworkPolicy").values()
+    assert policy["metadata"]["name"] == "tts-triton-tts"
+    triton = "tts-triton-tts"
+    assert reachable(docs, triton, STRANGER) == {"gateway"}
+    assert reachable(docs, triton, INGRESS_CONTROLLER) == {"gateway"}
+    assert reachable(docs, triton, {"ip": "203.0.113.7"}) == {"gateway"}
+    assert reachable(docs, triton, PROMETHEUS) == {
+        "metrics",
+        "gateway",
+    }  # Triton's and the gateway's /metrics
+    # the gateway calls its pod's Triton over localhost: nothing to open
+    assert flags(gateway_of(docs)["args"])["--triton-url"][0].startswith("localhost:")
+    # the Ingress (default backend: the gateway) leads to an open port
+    ingress = by_kind(render(helm, "--set", "ingress.enabled=true"), "Ingress")
+    assert ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]["port"]["name"] in reachable(
+        docs, triton, INGRESS_CONTROLLER
+    )
+    # no gateway, no Ingress: only monitoring gets in
+    alone = render(helm, "--set", "gateway.enabled=false")
+    assert reachable(alone, triton, STRANGER) == set()
+    assert reachable(alone, triton, PROMETHEUS) == {"metrics"}
+    # a value turns it off
+    assert not named(render(helm, "--set", "networkPolicy.enabled=false"), "NetworkPolicy")
+
+
+def test_the_network_policy_lets_the_gateway_deployment_reach_triton_over_grpc_only(helm: Path) -> None:
+    docs = render(helm, "-f", str(GATEWAY_DEPLOYMENT_VALUES))
+    assert set(named(docs, "NetworkPolicy")) == {"tts-triton-tts", "tts-triton-tts-gateway"}
+    gateway_pod = named(docs, "Deployment")["tts-triton-tts-gateway"]["spec"]["template"]
+    gateway = {"namespace": NAMESPACE, "labels": gateway_pod["metadata"]["labels"]}
+    assert reachable(docs, "tts-triton-tts", gateway) == {"grpc"}  # what --triton-url calls
+    assert flags(gateway_of(docs)["args"])["--triton-url"][0].endswith(":8001")
+    assert reachable(docs, "tts-triton-tts", STRANGER) == set()
+    assert reachable(docs, "tts-triton-tts", PROMETHEUS) == {"metrics"}
+    # the gateway's own pods: their one port, for the Ingress and Prometheus alike
+    for source in (STRANGER, INGRESS_CONTROLLER, PROMETHEUS):
+        assert reachable(docs, "tts-triton-tts-gateway", source) == {"gateway"}
+    # another release's gateway in the same namespace is not ours
+    other = {
+        "namespace": NAMESPACE,
+        "labels": {**gateway_pod["metadata"]["labels"], "app.kubernetes.io/instance": "x"},
+    }
+    assert reachable(docs, "tts-triton-tts", other) == set()
+
+
+def test_the_network_policy_admits_configured_peers_and_narrows_the_ingress(helm: Path) -> None:
+    """ci/network-policy-values.yaml: peers reach Triton's APIs and metrics; the routed
+    ports (ingress.backend=triton: Triton's HTTP, and the sidecar gateway's) only the
+    Ingress controller's namespace; monitoring by its configured namespace."""
+    docs = render(helm, "-f", str(CHART / "ci" / "network-policy-values.yaml"))
+    triton = "tts-triton-tts"
+    assert reachable(docs, triton, PEER_JOB) == {"http", "grpc", "metrics"}
+    assert reachable(docs, triton, {"ip": "10.20.3.4"}) == {"http", "grpc", "metrics"}
+    assert reachable(docs, triton, {"ip": "10.20.9.4"}) == set()  # the block's exception
+    assert reachable(docs, triton, {**PEER_JOB, "labels": {"app": "other"}}) == set()
+    assert reachable(docs, triton, INGRESS_CONTROLLER) == {"http", "gateway"}
+    assert reachable(docs, triton, {**INGRESS_CONTROLLER, "labels": {}}) == set()
+    assert reachable(docs, triton, STRANGER) == set()
+    assert reachable(docs, triton, PROMETHEUS) == set()  # "monitoring" is not the configured namespace
+    assert reachable(docs, triton, {**PROMETHEUS, "namespace": "observability"}) == {"metrics", "gateway"}
+    # the Ingress leads to a port its controller may reach
+    ingress = by_kind(docs, "Ingress")
+    assert ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]["port"]["name"] == "http"
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("networkPolicy.peers[0].ipBlock.cidr=10.0.0.0", "does not match pattern"),
+        (
+            "networkPolicy.peers[0].podSelectr.matchLabels.app=x",
+            "additional properties 'podSelectr' not allowed",
+        ),
+        ("networkPolicy.ingressFrom[0].podSelector.matchExpressions[0].operator=Is", "value must be one of"),
+        (
+            "networkPolicy.ingressFrom[0].ipBlock.cidr=10.0.0.0/8,"
+            "networkPolicy.ingressFrom[0].podSelector.matchLabels.app=x",
+            "maxProperties",  # an ipBlock stands alone in its peer
+        ),
+        ("networkPolicy.enabled=yes", "got string, want boolean"),
+    ],
+)
+def test_bad_network_policy_values_fail_with_a_clear_message(helm: Path, override: str, message: str) -> None:
+    done = subprocess.run(
+        [str(helm), "template", "tts", str(CHART), "--set", override],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode != 0 and message in done.stderr, done.stderr
