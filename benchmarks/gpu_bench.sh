@@ -3,7 +3,7 @@
 # (FP16 engines) variants side by side, with a concurrency sweep (perf_analyzer) and
 # first-chunk latency (streaming), on one GPU node.
 #
-# Run inside the Triton image this project targets (nvcr.io/nvidia/tritonserver:24.10-py3,
+# Run inside the Triton image this project targets (nvcr.io/nvidia/tritonserver:26.08-py3,
 # which has tritonserver with the onnxruntime and tensorrt backends, and trtexec), from a
 # checkout with `pip install -e .[bench]` done and voices exported (`triton-tts export ...`):
 #

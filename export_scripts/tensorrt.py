@@ -1,8 +1,8 @@
 """Build TensorRT engines (``model.plan``) for the repository's ``tensorrt`` variant.
 
 Run on the GPU node's architecture, with the TensorRT version of the Triton release that
-serves them (Triton 2.51.0 = the ``nvcr.io/nvidia/tritonserver:24.10-py3`` container,
-TensorRT 10.5): engines are not portable across GPUs or TensorRT versions. ::
+serves them (the image's ``nvcr.io/nvidia/tritonserver:26.08-py3``, Triton 2.72.0, with the
+TensorRT its release notes name): engines are not portable across GPUs or TensorRT versions. ::
 
     # inside the Triton container, after `triton-tts build-repo`:
     python -m triton_tts.export.tensorrt --repo model_repository

@@ -1,6 +1,7 @@
 """Heal dead Python-backend instances, and a readiness that knows about them.
 
-Triton 2.51 restarts no dead stub: after ``kill -9`` of one instance's stub (what the OOM
+Triton restarts no dead stub (2.51; 2.72, the image's, neither, though since 25.12 it
+reports the model not ready): after ``kill -9`` of one instance's stub (what the OOM
 killer does), the server and the model stay "ready" and every request routed to that
 instance fails with "Stub process '<model>_0_1' is not healthy", for ever. What Triton
 does offer (checked against a running 2.51 server, see tests/test_self_healing.py):
@@ -9,8 +10,9 @@ does offer (checked against a running 2.51 server, see tests/test_self_healing.p
   new instances start and warm up while the old ones keep serving, then replace them;
   ``load`` with an unchanged config would update in place and keep the dead instance, so
   the heal sends the model's own config with a ``triton_tts_generation`` parameter bumped;
-- ``--http-restricted-api`` / ``--grpc-restricted-api`` put the model-repository API
-  behind a header only this process knows, so clients cannot load or unload models.
+- ``--http-restricted-api`` / ``--grpc-restricted-protocol`` put the admin APIs (model
+  repository among them) behind a header only this process knows, so clients cannot load
+  or unload models.
 
 :class:`Watchdog` polls the stubs (children of tritonserver, found in /proc: each stub's
 command line names its instance, e.g. ``acoustic_0_1``); an instance seen at start that
