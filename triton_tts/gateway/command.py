@@ -12,16 +12,15 @@ import sys
 import time
 import urllib.request
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from triton_tts.gateway.app import GatewaySettings
+from triton_tts.gateway.settings import GatewaySettings
 
 API_KEY_ENV = "TRITON_TTS_API_KEY"  # comma-separated keys; never on the command line (ps shows it)
 TRITON_URL_ENV = "TRITON_TTS_TRITON_URL"
 CORS_ENV = "TRITON_TTS_CORS_ORIGINS"
 PORT_ENV = "GATEWAY_PORT"
 DEFAULT_PORT = 8080
+DEFAULTS = GatewaySettings()  # the settings own the defaults; the flags show them
 
 
 def _split(value: str | None) -> list[str]:
@@ -31,15 +30,22 @@ def _split(value: str | None) -> list[str]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--triton-url",
-        default=os.environ.get(TRITON_URL_ENV, "localhost:8001"),
+        default=os.environ.get(TRITON_URL_ENV, DEFAULTS.triton_url),
         help=f"Triton's gRPC endpoint (env {TRITON_URL_ENV})",
     )
     parser.add_argument("--host", default="0.0.0.0", help="address to listen on")
     parser.add_argument(
         "--port", type=int, default=int(os.environ.get(PORT_ENV, DEFAULT_PORT)), help=f"port (env {PORT_ENV})"
     )
-    parser.add_argument("--max-input-chars", type=int, default=4096, help="longest 'input' accepted")
-    parser.add_argument("--max-body-bytes", type=int, default=65536, help="largest request body accepted")
+    parser.add_argument(
+        "--max-input-chars", type=int, default=DEFAULTS.max_input_chars, help="longest 'input' accepted"
+    )
+    parser.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=DEFAULTS.max_body_bytes,
+        help="largest request body accepted, and largest WebSocket message",
+    )
     parser.add_argument(
         "--cors-origin",
         action="append",
@@ -57,20 +63,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--heartbeat-s",
         type=float,
-        default=15.0,
+        default=DEFAULTS.heartbeat_s,
         help="WebSocket: a ping message after this long with nothing sent",
+    )
+    parser.add_argument(
+        "--ws-max-sockets",
+        type=int,
+        default=DEFAULTS.ws_max_sockets,
+        help="WebSockets open at once, in all (the next gets 1013)",
+    )
+    parser.add_argument(
+        "--ws-max-sockets-per-key",
+        type=int,
+        default=DEFAULTS.ws_max_sockets_per_key,
+        help="WebSockets open at once per API key, when keys are set (the next gets 1013)",
+    )
+    parser.add_argument(
+        "--ws-idle-timeout-s",
+        type=float,
+        default=DEFAULTS.ws_idle_timeout_s,
+        help="close a WebSocket after this long with no message from its client and no synthesis",
     )
     parser.add_argument(
         "--timeout-s",
         type=float,
-        default=1800.0,
+        default=DEFAULTS.timeout_s,
         help="longest one synthesis may take, first byte to last (streams are paced to playback: "
         "this bounds the audio's length too)",
     )
     parser.add_argument(
         "--reconnect-s",
         type=float,
-        default=60.0,
+        default=DEFAULTS.reconnect_s,
         help="open a new gRPC channel this often, resolving --triton-url again (dns:/// to a headless "
         "Service: Triton pods added since get calls too); 0: never",
     )
@@ -89,8 +113,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from(args: argparse.Namespace) -> GatewaySettings:
-    from triton_tts.gateway.app import GatewaySettings
-
     aliases: dict[str, str] = {}
     for item in args.voice_alias:
         name, sep, target = item.partition("=")
@@ -105,6 +127,9 @@ def settings_from(args: argparse.Namespace) -> GatewaySettings:
         # the flags, or else the environment's list (flags replace it, never add to it)
         cors_origins=tuple(args.cors_origin or _split(os.environ.get(CORS_ENV))),
         heartbeat_s=args.heartbeat_s,
+        ws_max_sockets=args.ws_max_sockets,
+        ws_max_sockets_per_key=args.ws_max_sockets_per_key,
+        ws_idle_timeout_s=args.ws_idle_timeout_s,
         timeout_s=args.timeout_s,
         voice_aliases=aliases,
         reconnect_s=args.reconnect_s,
@@ -133,6 +158,9 @@ def run(args: argparse.Namespace) -> int:
         log_level="info",
         timeout_graceful_shutdown=int(args.graceful_timeout_s),
         proxy_headers=False,
+        # A WebSocket message past the body limit is refused from its frame header (close
+        # code 1009), before it is read: uvicorn's default is 16 MiB.
+        ws_max_size=settings.max_body_bytes,
     )
     return 0
 

@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.exposition import choose_encoder
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
-from triton_tts.client import TTSError
 
 SPEECH_PATH = "/v1/audio/speech"
 # Seconds: first audio on this project's 2-core machine is 0.16 s alone, ~0.6 s in a burst
@@ -61,6 +58,13 @@ class GatewayMetrics:
             ["api"],
             registry=self.registry,
         )
+        self.cut = Counter(
+            "triton_tts_gateway_responses_cut",
+            "Streamed HTTP responses cut after their status was sent, by the error code that cut "
+            "them: the body ends without its terminating chunk, so the caller's read fails",
+            ["code"],
+            registry=self.registry,
+        )
         self.sockets = Gauge(
             "triton_tts_gateway_websockets_open",
             "WebSocket connections open (idle ones included)",
@@ -88,6 +92,7 @@ class Synthesis:
         self.format = "unknown"  # set once the request is read
         self.error_code: str | None = None  # the ApiError answered, if any
         self.first_sent = False
+        self.audio_seconds = 0.0  # sent so far
         self.ended = False
         metrics.in_flight.labels(api).inc()
 
@@ -96,6 +101,7 @@ class Synthesis:
             self.first_sent = True
             self.metrics.first_audio.labels(self.api, self.format).observe(time.monotonic() - self.started)
         self.metrics.audio.labels(self.api, self.format).inc(seconds)
+        self.audio_seconds += seconds
 
     def end(self, outcome: str) -> None:
         if self.ended:
@@ -108,13 +114,11 @@ class Synthesis:
 class SpeechMetrics:
     """ASGI middleware around ``POST /v1/audio/speech``: opens its :class:`Synthesis` (the
     endpoint finds it in ``scope["state"]``) and ends it with what the caller got: ``ok``
-    once the whole body is sent, the error code answered before it, the error that cut it
-    (see ``app.from_tts_error``), or ``cancelled`` when the caller left."""
+    once the whole body is sent, the error code answered before it or that cut it (the
+    endpoint notes it in ``error_code``), or ``cancelled`` when the caller left."""
 
-    def __init__(
-        self, app: ASGIApp, metrics: GatewayMetrics, code_of: Callable[[TTSError], str | None]
-    ) -> None:
-        self.app, self.metrics, self.code_of = app, metrics, code_of
+    def __init__(self, app: ASGIApp, metrics: GatewayMetrics) -> None:
+        self.app, self.metrics = app, metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] != SPEECH_PATH or scope["method"] != "POST":
@@ -141,9 +145,8 @@ class SpeechMetrics:
                 outcome = synthesis.error_code or f"http_{status}"
             elif complete:
                 outcome = OK
-        except TTSError as err:  # after the first chunk: the body is cut
-            outcome = self.code_of(err) or "error"
-            raise
+            elif synthesis.error_code:  # cut after the status line
+                outcome = synthesis.error_code
         except (asyncio.CancelledError, ClientDisconnect, OSError):
             raise
         except Exception:

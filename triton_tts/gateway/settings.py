@@ -1,0 +1,31 @@
+"""The gateway's settings and their defaults: the one place each is decided.
+:mod:`triton_tts.gateway.command` fills them from the command line and the environment,
+its flags defaulting to these."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class GatewaySettings:
+    triton_url: str = "localhost:8001"  # Triton's gRPC endpoint
+    api_keys: tuple[str, ...] = ()  # empty: no authentication
+    max_input_chars: int = 4096  # OpenAI's own limit
+    # An HTTP body, and a WebSocket message too (uvicorn's ws_max_size): a message past it
+    # is refused from its frame header, before it is read.
+    max_body_bytes: int = 65536
+    cors_origins: tuple[str, ...] = ()  # empty: no CORS headers (browsers allow same origin only)
+    heartbeat_s: float = 15.0  # WebSocket: a ping message after this long with nothing sent
+    # WebSockets open at once: in all, and per API key (when keys are set). Each holds at
+    # most one synthesis; the server's admission bounds the listeners, these the sockets.
+    ws_max_sockets: int = 512
+    ws_max_sockets_per_key: int = 64
+    ws_idle_timeout_s: float = 300.0  # closed after this long with no message and no synthesis
+    # One synthesis, first byte to last: streams are paced to playback, so this bounds the
+    # audio too (4,096 characters at speed 0.25 run ~20 minutes).
+    timeout_s: float = 1800.0
+    retry_after_s: int = 1  # what a busy refusal tells callers to wait
+    voice_aliases: dict[str, str] = field(default_factory=dict)  # name -> voice[:speaker]
+    reconnect_s: float = 60.0  # a new gRPC channel (Triton's address resolved again); 0: never
+    metrics: bool = True  # GET /metrics (no key: like the probes, for Prometheus)

@@ -1,0 +1,298 @@
+"""``WS /v1/audio/speech/ws``: ``speak`` messages in, a JSON ``start``, one binary PCM
+message per chunk and a JSON ``end`` out; one synthesis at a time per socket.
+
+Its limits (each a flag of ``triton-tts gateway``): a message is at most
+``--max-body-bytes`` (uvicorn refuses a bigger one from its frame header, close code
+1009), at most ``--ws-max-sockets`` are open and ``--ws-max-sockets-per-key`` per API key
+(the next gets an ``error`` ``too_many_sockets`` and close code 1013), and a socket with
+no message and no synthesis for ``--ws-idle-timeout-s`` is closed (an ``error``
+``idle_timeout``, close code 1000). A malformed message gets an ``error`` and the socket
+serves on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections import Counter
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from contextlib import aclosing, suppress
+from typing import Any
+
+from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
+
+from triton_tts.client import AudioChunk, TTSError
+from triton_tts.gateway import audio
+from triton_tts.gateway.access import allowed_origin, authorized, caller_of, key_digest, key_of
+from triton_tts.gateway.errors import ApiError, from_tts_error, invalid
+from triton_tts.gateway.metrics import CANCELLED, OK, GatewayMetrics
+from triton_tts.gateway.schemas import MessageRefused, Speak, SpeechRequest, parse_message
+from triton_tts.gateway.settings import GatewaySettings
+from triton_tts.gateway.voices import Voices
+
+log = logging.getLogger(__name__)
+
+OpenSpeech = Callable[[SpeechRequest], Awaitable[tuple[AudioChunk, AsyncGenerator[AudioChunk, None]]]]
+TRY_AGAIN_LATER = 1013  # WebSocket close code: the server cannot take it now
+POLICY = 1008  # close code: refused (origin, key)
+
+
+class SocketCounts:
+    """The sockets open, in all and per API key (keys only: without keys every caller
+    behind one proxy would share its address)."""
+
+    def __init__(self, settings: GatewaySettings) -> None:
+        self.settings = settings
+        self.total = 0
+        self.per_key: Counter[str] = Counter()
+
+    def admit(self, key: str | None) -> ApiError | None:
+        """Count one more socket, or say why not."""
+        if self.total >= self.settings.ws_max_sockets:
+            return ApiError(
+                503,
+                f"this gateway has {self.total} WebSockets open, its most (--ws-max-sockets); try later",
+                "too_many_sockets",
+            )
+        if key is not None and self.per_key[key] >= self.settings.ws_max_sockets_per_key:
+            return ApiError(
+                429,
+                f"this API key has {self.per_key[key]} WebSockets open, its most "
+                "(--ws-max-sockets-per-key): close one, or send more requests on one socket",
+                "too_many_sockets",
+            )
+        self.total += 1
+        if key is not None:
+            self.per_key[key] += 1
+        return None
+
+    def release(self, key: str | None) -> None:
+        self.total -= 1
+        if key is not None:
+            self.per_key[key] -= 1
+            if self.per_key[key] <= 0:
+                del self.per_key[key]
+
+
+class SpeechSocket:
+    """One WebSocket: ``speak`` messages in, one synthesis at a time; a heartbeat while
+    idle; a ``cancel`` message or a closed socket cancels the synthesis on the server."""
+
+    def __init__(
+        self,
+        websocket: WebSocket,
+        settings: GatewaySettings,
+        open_speech: OpenSpeech,
+        voices: Voices,
+        metrics: GatewayMetrics,
+        counts: SocketCounts,
+    ) -> None:
+        self.ws, self.settings, self.open_speech, self.voices = websocket, settings, open_speech, voices
+        self.metrics, self.counts = metrics, counts
+        self.last_sent = time.monotonic()
+        self.last_active = time.monotonic()  # a message received, or a synthesis running
+        self.send_lock = asyncio.Lock()
+        self.task: asyncio.Task[None] | None = None
+        self.request_id = 0
+        self.key = key_of(self.ws.headers, self.ws.query_params)
+
+    async def send_json(self, message: dict[str, Any]) -> None:
+        async with self.send_lock:
+            await self.ws.send_text(json.dumps(message))
+            self.last_sent = time.monotonic()
+
+    async def send_bytes(self, data: bytes) -> None:
+        async with self.send_lock:
+            await self.ws.send_bytes(data)
+            self.last_sent = time.monotonic()
+
+    async def error(self, request_id: int | None, err: ApiError) -> None:
+        await self.send_json({"type": "error", "id": request_id, **err.body()})
+
+    async def refuse(self, err: ApiError, close_code: int) -> None:
+        await self.error(None, err)
+        await self.ws.close(code=close_code)
+
+    async def run(self) -> None:
+        await self.ws.accept()
+        origin = self.ws.headers.get("origin")
+        if origin is not None and not allowed_origin(origin, self.ws.headers.get("host", ""), self.settings):
+            # Browsers let any page open a WebSocket anywhere (CORS does not apply): only
+            # pages from this gateway or the --cors-origin list may. Other clients send none.
+            err = ApiError(403, f"origin {origin} may not open this socket (see --cors-origin)", "origin")
+            await self.refuse(err, POLICY)
+            return
+        if not authorized(self.settings, self.key):
+            err = ApiError(401, "a valid API key is required (header or ?api_key=)", "invalid_api_key")
+            await self.refuse(err, POLICY)
+            return
+        counted_as = key_digest(self.key) if self.settings.api_keys and self.key else None
+        refused = self.counts.admit(counted_as)
+        if refused is not None:
+            log.warning("WebSocket refused: %s", refused.message)
+            await self.refuse(refused, TRY_AGAIN_LATER)
+            return
+        heartbeat = asyncio.create_task(self.heartbeat())
+        self.metrics.sockets.inc()
+        try:
+            await self.receive_until_closed()
+        except WebSocketDisconnect:
+            return
+        finally:
+            self.counts.release(counted_as)
+            self.metrics.sockets.dec()
+            heartbeat.cancel()
+            await self.cancel()
+            with suppress(asyncio.CancelledError):
+                await heartbeat
+
+    async def receive_until_closed(self) -> None:
+        idle_s = self.settings.ws_idle_timeout_s
+        while True:
+            if self.task is not None and not self.task.done():
+                self.last_active = time.monotonic()  # a synthesis running is not idle
+            wait = self.last_active + idle_s - time.monotonic()
+            if wait <= 0:
+                await self.refuse(
+                    ApiError(408, f"closed after {idle_s:g} s idle (--ws-idle-timeout-s)", "idle_timeout"),
+                    1000,
+                )
+                return
+            try:
+                message = await asyncio.wait_for(self.ws.receive(), timeout=wait)
+            except asyncio.TimeoutError:
+                continue
+            if message["type"] == "websocket.disconnect":
+                return
+            self.last_active = time.monotonic()
+            await self.handle(message.get("text", message.get("bytes")))
+
+    async def handle(self, text: str | bytes | None) -> None:
+        try:
+            message = parse_message(text, self.settings.max_input_chars)
+        except MessageRefused as err:
+            if err.speak and self.busy():
+                await self.refuse_busy()
+                return
+            request_id = None
+            if err.speak:  # a speak is numbered and counted, whether it is taken or not
+                self.request_id += 1
+                request_id = self.request_id
+                self.metrics.synthesis("websocket").end(err.code or "error")
+            await self.error(request_id, err)
+            return
+        if isinstance(message, Speak):
+            if self.busy():
+                await self.refuse_busy()
+                return
+            self.request_id += 1
+            self.task = asyncio.create_task(self.speak(self.request_id, message))
+        elif message.type == "cancel":
+            if await self.cancel():
+                await self.send_json({"type": "cancelled", "id": self.request_id})
+        else:
+            await self.send_json({"type": "pong", "time": time.time()})
+
+    def busy(self) -> bool:
+        return self.task is not None and not self.task.done()
+
+    async def refuse_busy(self) -> None:
+        await self.error(
+            None, invalid("a synthesis is in progress: wait for its end or send cancel", code="busy_socket")
+        )
+
+    async def cancel(self) -> bool:
+        """Cancel the synthesis in progress (its gRPC call with it); True if there was one."""
+        task, self.task = self.task, None
+        if task is None or task.done():
+            return False
+        task.cancel()
+        with suppress(asyncio.CancelledError, Exception):
+            await task
+        return True
+
+    async def speak(self, request_id: int, message: Speak) -> None:
+        synthesis = self.metrics.synthesis("websocket")
+        outcome = CANCELLED  # unless it ends otherwise: a cancel message or a closed socket
+        fmt = message.format
+        synthesis.format = fmt
+        try:
+            name, speaker = await self.voices.resolve(message.voice)
+            request = SpeechRequest(
+                message.input,
+                name,
+                speaker,
+                message.speed,
+                "pcm",
+                noise_scale=message.noise_scale,
+                noise_w=message.noise_w,
+                caller=caller_of(self.settings, self.key, self.ws.client),
+            )
+            started = time.monotonic()
+            first, rest = await self.open_speech(request)
+            await self.send_json(
+                {
+                    "type": "start",
+                    "id": request_id,
+                    "sample_rate": first.sample_rate,
+                    "channels": 1,
+                    "format": fmt,
+                    "voice": request.voice,
+                }
+            )
+            chunks, samples = 0, 0
+            async with aclosing(rest):
+                chunk: AudioChunk | None = first
+                while chunk is not None:
+                    data = (
+                        audio.to_pcm16(chunk.audio) if fmt == "s16le" else chunk.audio.astype("<f4").tobytes()
+                    )
+                    await self.send_bytes(data)
+                    synthesis.audio_sent(len(chunk.audio) / chunk.sample_rate)
+                    chunks, samples = chunks + 1, samples + len(chunk.audio)
+                    chunk = await anext(rest, None)
+            await self.send_json(
+                {
+                    "type": "end",
+                    "id": request_id,
+                    "chunks": chunks,
+                    "samples": samples,
+                    "audio_seconds": samples / first.sample_rate,
+                    "synthesis_seconds": time.monotonic() - started,
+                }
+            )
+            outcome = OK
+        except ApiError as err:
+            outcome = err.code or "error"
+            await self.error(request_id, err)
+        except TTSError as err:  # after the first chunk
+            api_error = from_tts_error(err, self.settings)
+            outcome = api_error.code or "error"
+            log.warning("speak %d ended early: %s", request_id, err)
+            await self.error(request_id, api_error)
+        except WebSocketDisconnect:
+            pass
+        except Exception as err:  # a bug: said on the socket, logged with its traceback
+            outcome = "internal_error"
+            log.exception("speak %d failed", request_id)
+            with suppress(Exception):
+                await self.error(request_id, ApiError(500, f"internal error: {err}", "internal_error"))
+        finally:
+            synthesis.end(outcome)
+            self.last_active = time.monotonic()
+            if self.ws.application_state != WebSocketState.CONNECTED:
+                log.debug("socket closed during request %d", request_id)
+
+    async def heartbeat(self) -> None:
+        """A ping message whenever nothing was sent for ``heartbeat_s`` (idle or not)."""
+        while True:
+            wait = self.last_sent + self.settings.heartbeat_s - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+                continue
+            try:
+                await self.send_json({"type": "ping", "time": time.time()})
+            except Exception:  # closed: the receive loop ends the session
+                return

@@ -1,0 +1,91 @@
+"""The voices Triton serves, and the names callers may use for them: the voices' own,
+``voice:speaker`` (by speaker name or id), OpenAI's voice names and ``--voice-alias``."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+from triton_tts.client import AsyncTTSClient, TTSError, VoiceInfo
+from triton_tts.gateway.errors import from_tts_error, invalid
+from triton_tts.gateway.settings import GatewaySettings
+
+# OpenAI's voice names: each is the default voice unless --voice-alias says otherwise.
+OPENAI_VOICES = (
+    "alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer", "verse",
+)  # fmt: skip
+VOICES_TTL_S = 30.0  # how long the voice list read from Triton is reused
+SPEAKER_ID = re.compile(r"[0-9]{1,9}")  # ASCII digits only: str.isdigit() takes '³', int() does not
+
+
+class Voices:
+    """The voices Triton serves (read from its config, reused for VOICES_TTL_S) and the
+    names callers may use for them."""
+
+    def __init__(self, client: Callable[[], AsyncTTSClient], aliases: dict[str, str]) -> None:
+        self._client = client
+        self._aliases = aliases
+        self._served: list[VoiceInfo] = []
+        self._read_at = -math.inf
+        self._lock = asyncio.Lock()
+
+    async def served(self) -> list[VoiceInfo]:
+        async with self._lock:
+            if time.monotonic() - self._read_at > VOICES_TTL_S or not self._served:
+                try:
+                    self._served = await self._client().voices()
+                except TTSError as err:
+                    raise from_tts_error(err, GatewaySettings()) from None
+                self._read_at = time.monotonic()
+            return self._served
+
+    async def aliases(self) -> dict[str, str]:
+        served = await self.served()
+        default = served[0].name
+        names = {v.name for v in served}
+        out = {name: default for name in OPENAI_VOICES if name not in names}
+        out.update(self._aliases)
+        return out
+
+    async def resolve(self, name: str | None) -> tuple[str, int | None]:
+        """``name`` (a served voice, ``voice:speaker`` by speaker name or id, or an alias) ->
+        (voice, speaker id)."""
+        served = {v.name: v for v in await self.served()}
+        wanted = (name or "").strip() or next(iter(served))
+        wanted = (await self.aliases()).get(wanted, wanted)
+        voice_name, _, speaker = wanted.partition(":")
+        voice = served.get(voice_name)
+        if voice is None:
+            known = sorted(served) + sorted(await self.aliases())
+            raise invalid(f"unknown voice {name!r}; this server has: {', '.join(known)}", "voice")
+        if not speaker:
+            return voice.name, None
+        if speaker in voice.speakers:
+            return voice.name, int(voice.speakers[speaker])
+        if (
+            SPEAKER_ID.fullmatch(speaker) and int(speaker) in voice.speakers.values()
+        ):  # by id, as in tritonclient
+            return voice.name, int(speaker)
+        speakers = ", ".join(sorted(voice.speakers)) or "none"
+        raise invalid(f"voice {voice.name!r} has no speaker {speaker!r}; it has: {speakers}", "voice")
+
+    async def listing(self) -> dict[str, Any]:
+        served = await self.served()
+        return {
+            "default": served[0].name,
+            "voices": [
+                {
+                    "id": v.name,
+                    "name": v.name,
+                    "language": v.language,
+                    "sample_rate": v.sample_rate,
+                    "speakers": sorted(v.speakers, key=lambda s: v.speakers[s]),
+                }
+                for v in served
+            ],
+            "aliases": await self.aliases(),
+        }
