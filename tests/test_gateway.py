@@ -7,10 +7,17 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.client import IncompleteRead
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,8 +35,18 @@ from tests.helpers import (
     stream_paragraph_chunks,
     wait_until,
 )
-from triton_tts.client import TTSClient
+from triton_tts.client import (
+    RequestRejected,
+    ServerBusy,
+    ServerUnavailable,
+    TimedOut,
+    TTSClient,
+    TTSError,
+    Unauthorized,
+)
 from triton_tts.gateway import audio
+from triton_tts.gateway.errors import from_tts_error
+from triton_tts.gateway.settings import GatewaySettings
 from triton_tts.intelligibility import transcribe, word_error_rate
 from triton_tts.server import TritonServer, free_port, requests_in_flight
 from triton_tts.testing.sample_texts import PARAGRAPH
@@ -78,6 +95,44 @@ def error_of(data: bytes) -> dict[str, Any]:
     body = json.loads(data)
     assert set(body) == {"error"} and {"message", "type", "param", "code"} <= set(body["error"]), body
     return dict(body["error"])
+
+
+@contextmanager
+def logged_gateway(
+    grpc_url: str, log_path: Path, *args: str, env: dict[str, str] | None = None
+) -> Iterator[tuple[str, Callable[[], str]]]:
+    """``triton-tts gateway`` in its own process, as helpers.running_gateway starts it, with
+    its log (uvicorn's and the gateway's own) kept in ``log_path``: yields the base URL and
+    a reader of the log so far."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    cmd = [sys.executable, "-m", "triton_tts.cli", "gateway", "--port", str(port), "--triton-url", grpc_url]
+    with log_path.open("w", encoding="utf-8") as log:
+        process = subprocess.Popen(
+            [*cmd, *args], stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        )
+
+    def read_log() -> str:
+        return log_path.read_text(encoding="utf-8", errors="replace")
+
+    def ready() -> bool:
+        try:
+            with urllib.request.urlopen(f"{base}/health/ready", timeout=5) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return process.poll() is not None
+
+    try:
+        wait_until(ready, 120, "the gateway to be ready")
+        assert process.poll() is None, f"the gateway exited with {process.returncode}:\n{read_log()[-4000:]}"
+        yield base, read_log
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 @pytest.fixture(scope="module")
@@ -189,6 +244,12 @@ def test_models_and_voices(gateway: str) -> None:
         ({"model": "tts-1", "input": "Hello.", "speed": 4.5}, "speed", "outside"),
         ({"model": "tts-1", "input": "Hello.", "speed": "fast"}, "speed", "must be a number"),
         ({"model": "tts-1", "input": "Hello.", "stream_format": "sse"}, "stream_format", "not supported"),
+        # bodies that were 500s with a traceback (issue 23)
+        ({"model": "tts-1", "input": "Hello.", "response_format": ["mp3"]}, "response_format", "must be"),
+        ({"model": "tts-1", "input": "Hello.", "voice": "joe:³"}, "voice", "no speaker"),
+        ({"model": "tts-1", "input": "Hello.", "voice": "joe:" + "9" * 5000}, "voice", "too long"),
+        ({"model": "tts-1", "input": "Hello.", "speed": 10**500}, "speed", "must be a number"),
+        ({"model": "tts-1", "input": "Hello.", "noise_w": 1e308 * 10}, "noise_w", "must be a number"),
     ],
 )
 def test_bad_input_gets_400_in_openais_error_json(
@@ -222,6 +283,18 @@ def test_malformed_and_oversized_bodies(gateway: str) -> None:
     assert status == 400 and error_of(data)["code"] == "invalid_json"
     status, _, data = post(gateway, b"[1, 2]")
     assert status == 400 and error_of(data)["code"] == "invalid_json"
+    # JSON that Python's own parser would have choked on, or read into something unspeakable
+    for body in (
+        b"[" * 4000 + b"]" * 4000,  # past any sane depth (Python: RecursionError)
+        b'{"model": "tts-1", "input": "Hi \\ud800 there"}',  # a lone surrogate (not UTF-8)
+        b'{"model": "tts-1", "input": "\xed\xa0\x80"}',  # the same as raw bytes
+        b'{"model": "tts-1", "input": "Hi.", "speed": 1' + b"0" * 5000 + b"}",  # past int()'s digits
+        b"\xff\xfe{}",
+    ):
+        status, _, data = post(gateway, body)
+        assert status == 400 and error_of(data)["code"] == "invalid_json", (body[:60], data)
+    status, _, data = post(gateway, b'{"model": "tts-1", "input": "Hi.", "speed": NaN}')
+    assert status == 400 and error_of(data)["param"] == "speed", data
     status, _, data = post(gateway, json.dumps({"model": "tts-1", "input": "x" * 70_000}).encode())
     assert status == 413 and error_of(data)["code"] == "request_too_large"
     status, _, data = post(gateway, b"", path="/v1/no/such/route")
@@ -238,6 +311,8 @@ def test_api_keys(server: TritonServer) -> None:
         for key in ("first-key", "second-key"):
             status, _, data = post(base, body, {"Authorization": f"Bearer {key}"})
             assert status == 200 and data[:4] == b"RIFF"
+        status, _, data = post(base, body, {"x-api-key": "second-key"})
+        assert status == 200 and data[:4] == b"RIFF"
         with pytest.raises(openai.AuthenticationError):
             sdk(base, api_key="wrong-key").models.list()
         assert {m.id for m in sdk(base, api_key="second-key").models.list()} >= {"tts-1"}
@@ -291,6 +366,69 @@ def test_no_audio_in_time_is_a_504(server: TritonServer) -> None:
         status, _, data = post(base, json.dumps({"model": "tts-1", "input": LONG_TEXT}).encode())
         error = error_of(data)
         assert status == 504 and error["code"] == "timeout" and error["type"] == "server_error", error
+
+
+def test_a_failure_after_the_status_line_cuts_the_body_detectably(
+    server: TritonServer, tmp_path: Path
+) -> None:
+    """A synthesis that fails once its audio is flowing (here: --timeout-s passes mid-text)
+    cannot change the 200 already sent: the chunked body ends without its terminating
+    chunk, so the caller's HTTP client raises instead of keeping a short file; the gateway
+    logs it (no traceback) and counts it. A format sent whole (flac) fails before its
+    status line instead, and gets its own error status."""
+    with logged_gateway(server.grpc_url, tmp_path / "gateway.log", "--timeout-s", "3") as (base, log):
+        body = {"model": "tts-1", "input": LONG_TEXT, "response_format": "pcm"}
+        request = urllib.request.Request(
+            f"{base}/v1/audio/speech",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=120) as response:
+            assert response.status == 200
+            with pytest.raises(IncompleteRead) as cut:
+                response.read()
+        assert len(cut.value.partial) > 0  # audio came first
+        # OpenAI's SDK raises too (httpx: RemoteProtocolError)
+        with (
+            sdk(base).audio.speech.with_streaming_response.create(
+                model="tts-1", voice="alloy", input=LONG_TEXT, response_format="mp3"
+            ) as streamed,
+            pytest.raises(Exception, match="incomplete chunked read"),
+        ):
+            for _ in streamed.iter_bytes():
+                pass
+
+        status, _, data = post(base, json.dumps({**body, "response_format": "flac"}).encode())
+        assert status == 504 and error_of(data)["code"] == "timeout", (status, data[:200])
+
+        metrics = f"{base}/metrics"
+        assert metric_total(metrics, "triton_tts_gateway_responses_cut_total", code="timeout") == 2
+        assert gateway_outcomes(base, "http") == {"timeout": 3}
+        text = log()
+        assert text.count("speech response cut after") == 2, text[-3000:]
+        assert "Traceback" not in text, text[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "code"),
+    [
+        (RequestRejected("TEXT has nothing the voice can pronounce"), 400, "rejected_by_server"),
+        (ServerBusy("server busy: ...; retry after 2.5 s", 2.5), 503, "server_busy"),
+        (ServerUnavailable("cannot reach localhost:8001"), 503, "triton_unavailable"),
+        (TimedOut("deadline exceeded"), 504, "timeout"),
+        (Unauthorized("localhost:8001 needs an API key"), 502, "triton_unauthorized"),
+        (TTSError("Stub process is not healthy."), 500, "synthesis_failed"),  # a server fault
+    ],
+)
+def test_the_clients_errors_map_to_the_callers_or_the_servers_side(
+    error: TTSError, status: int, code: str
+) -> None:
+    """Only a refusal of the text itself is the caller's (4xx); the rest is the server's."""
+    mapped = from_tts_error(error, GatewaySettings())
+    assert (mapped.status, mapped.code) == (status, code)
+    assert mapped.type == ("invalid_request_error" if status < 500 else "server_error")
+    if isinstance(error, ServerBusy):
+        assert mapped.headers == {"Retry-After": "3"}
 
 
 # The gateway's own metrics (GET /metrics), read after real requests: each synthesis is

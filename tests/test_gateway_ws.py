@@ -307,3 +307,110 @@ def test_websocket_syntheses_and_open_sockets(server: TritonServer) -> None:
         )
         assert gateway_outcomes(base, "websocket") == {"ok": 1, "invalid_value": 1, "cancelled": 2}
         assert gateway_outcomes(base, "http") == {}
+
+
+def closed_with(ws: Connection) -> tuple[list[dict[str, Any]], int | None]:
+    """The JSON messages until the gateway closes ``ws``, and its close code."""
+    messages: list[dict[str, Any]] = []
+    with pytest.raises(ConnectionClosed) as closed:
+        while True:
+            message = receive(ws, timeout=30)
+            if isinstance(message, str):
+                messages.append(json.loads(message))
+    return messages, closed.value.rcvd.code if closed.value.rcvd is not None else None
+
+
+def test_malformed_messages_get_errors_and_the_socket_serves_on(socket: Connection) -> None:
+    """What once closed the socket with 1011 (Python's json choked) or slipped through."""
+    for message in (
+        "[" * 4000 + "]" * 4000,  # past the parser's depth
+        '{"type": "speak", "input": "Hi.", "speed": 1' + "0" * 5000 + "}",  # past int()'s digits
+        '{"type": "speak", "input": "Hi \\ud800"}',  # a lone surrogate
+        b"\x00\x01 binary",
+        '{"type": ["speak"]}',
+        "null",
+    ):
+        socket.send(message)
+        error = next_json(socket)
+        assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error", error
+        assert error["error"]["code"] in ("invalid_message", "invalid_value", "invalid_type"), error
+    for fields, param in (
+        ({"format": ["s16le"]}, "format"),
+        ({"voice": "joe:³"}, "voice"),  # not a speaker id: int() cannot read it
+        ({"voice": {"name": "joe"}}, "voice"),
+        ({"speed": "fast"}, "speed"),
+    ):
+        socket.send(json.dumps({"type": "speak", "input": "Hi.", **fields}))
+        error = next_json(socket)
+        assert error["type"] == "error" and error["id"] is not None and error["error"]["param"] == param, (
+            error
+        )
+    _, frames, end = speak_and_collect(socket, "Still here.")
+    assert end["type"] == "end" and frames
+
+
+def test_a_message_over_the_body_limit_is_refused_unread(gateway: str) -> None:
+    """uvicorn reads a message's length from its frame header and closes with 1009 (message
+    too big) at --max-body-bytes (65,536), as the HTTP body limit, before reading it."""
+    with connect(ws_url(gateway), max_size=None) as ws:
+        ws.send(json.dumps({"type": "speak", "input": "x" * 60_000}))  # under: an error message
+        assert next_json(ws)["error"]["code"] == "string_above_max_length"
+        ws.send(json.dumps({"type": "speak", "input": "x" * 70_000}))
+        _, code = closed_with(ws)
+        assert code == 1009
+
+
+def admitted(url: str, **options: Any) -> Connection:
+    """A socket past the gateway's admission (its pong came back)."""
+    ws = connect(url, **options)
+    ws.send(json.dumps({"type": "ping"}))
+    assert next_json(ws)["type"] == "pong"
+    return ws
+
+
+def test_open_sockets_are_limited_per_key_and_in_all(server: TritonServer) -> None:
+    args = ("--ws-max-sockets", "3", "--ws-max-sockets-per-key", "2")
+    with running_gateway(server.grpc_url, *args, env={"TRITON_TTS_API_KEY": "key-a,key-b"}) as base:
+        first_a, second_a = (admitted(ws_url(base, "?api_key=key-a")) for _ in range(2))
+        with connect(ws_url(base, "?api_key=key-a")) as third_a:
+            messages, code = closed_with(third_a)
+        assert code == 1013 and [m["error"]["code"] for m in messages] == ["too_many_sockets"]
+        assert "--ws-max-sockets-per-key" in messages[0]["error"]["message"]
+        only_b = admitted(ws_url(base), additional_headers={"Authorization": "Bearer key-b"})
+        with connect(ws_url(base, "?api_key=key-b")) as fourth:  # key-b has room, the gateway not
+            messages, code = closed_with(fourth)
+        assert code == 1013 and "--ws-max-sockets)" in messages[0]["error"]["message"], messages
+        # a socket closed frees its place
+        first_a.close()
+        wait_until(
+            lambda: metric_total(f"{base}/metrics", "triton_tts_gateway_websockets_open") == 2,
+            30,
+            "the closed socket to be let go",
+        )
+        with admitted(ws_url(base, "?api_key=key-a")) as again:
+            _, frames, end = speak_and_collect(again, "Room again.")
+            assert end["type"] == "end" and frames
+        for ws in (second_a, only_b):
+            ws.close()
+
+
+def test_an_idle_socket_is_closed(server: TritonServer) -> None:
+    """Closed after --ws-idle-timeout-s with no message from its client and no synthesis;
+    messages and a synthesis running longer than that keep it open (the server's own
+    heartbeat pings do not)."""
+    args = ("--ws-idle-timeout-s", "1", "--heartbeat-s", "0.3")
+    with running_gateway(server.grpc_url, *args) as base, connect(ws_url(base)) as ws:
+        for _ in range(4):  # 2 s of pings, every 0.5 s
+            time.sleep(0.5)
+            ws.send(json.dumps({"type": "ping"}))
+            assert next_json(ws)["type"] == "pong"
+        asked = time.monotonic()
+        _, frames, end = speak_and_collect(ws, PARAGRAPH)
+        assert end["type"] == "end" and frames
+        assert end["synthesis_seconds"] > 1 or time.monotonic() - asked > 1, end
+        idle_from = time.monotonic()
+        messages, code = closed_with(ws)
+        assert code == 1000 and [m["error"]["code"] for m in messages if m["type"] == "error"] == [
+            "idle_timeout"
+        ]
+        assert 0.8 < time.monotonic() - idle_from < 10
