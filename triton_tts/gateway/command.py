@@ -82,7 +82,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--ws-idle-timeout-s",
         type=float,
         default=DEFAULTS.ws_idle_timeout_s,
-        help="close a WebSocket after this long with no message from its client and no synthesis",
+        help="close a WebSocket after this long with no message from its client and no synthesis; 0: never",
     )
     parser.add_argument(
         "--timeout-s",

@@ -22,7 +22,7 @@ SPEECH_PATH = "/v1/audio/speech"
 # Seconds: first audio on this project's 2-core machine is 0.16 s alone, ~0.6 s in a burst
 # of 8 (docs/performance.md); a GPU node's should be tens of ms.
 FIRST_AUDIO_BUCKETS = (0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
-OK, CANCELLED = "ok", "cancelled"  # outcomes besides the OpenAI error codes (app.ApiError.code)
+OK, CANCELLED = "ok", "cancelled"  # outcomes besides the OpenAI error codes (errors.ApiError.code)
 
 
 class GatewayMetrics:

@@ -21,7 +21,7 @@ class GatewaySettings:
     # most one synthesis; the server's admission bounds the listeners, these the sockets.
     ws_max_sockets: int = 512
     ws_max_sockets_per_key: int = 64
-    ws_idle_timeout_s: float = 300.0  # closed after this long with no message and no synthesis
+    ws_idle_timeout_s: float = 300.0  # closed after this long with no message and no synthesis; 0: never
     # One synthesis, first byte to last: streams are paced to playback, so this bounds the
     # audio too (4,096 characters at speed 0.25 run ~20 minutes).
     timeout_s: float = 1800.0

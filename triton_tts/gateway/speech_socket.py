@@ -149,12 +149,12 @@ class SpeechSocket:
                 await heartbeat
 
     async def receive_until_closed(self) -> None:
-        idle_s = self.settings.ws_idle_timeout_s
+        idle_s = self.settings.ws_idle_timeout_s  # 0: never closed for idling
         while True:
             if self.task is not None and not self.task.done():
                 self.last_active = time.monotonic()  # a synthesis running is not idle
-            wait = self.last_active + idle_s - time.monotonic()
-            if wait <= 0:
+            wait = self.last_active + idle_s - time.monotonic() if idle_s > 0 else None
+            if wait is not None and wait <= 0:
                 await self.refuse(
                     ApiError(408, f"closed after {idle_s:g} s idle (--ws-idle-timeout-s)", "idle_timeout"),
                     1000,
