@@ -388,6 +388,7 @@ def acoustic(opts: BuildOptions, voice: VoiceModels, variant: str = "cpu") -> mc
             "intra_op_threads": opts.acoustic_threads,
             "max_items_per_run": str(voice.items_per_run(opts.acoustic_items_per_run)),
             "max_padded_phonemes": str(opts.max_padded_phonemes),
+            "chunk_limits": voice.chunk_limits,  # what the stage holds each request to
         },
     )
     if variant != "cpu" and not native:
@@ -421,6 +422,7 @@ def vocoder(opts: BuildOptions, voice: VoiceModels, variant: str = "cpu") -> mc.
             "max_items_per_run": str(voice.items_per_run(opts.vocoder_items_per_run)),
             "max_padded_frames": str(opts.max_padded_frames),
             "latent_channels": str(voice.latent_channels),  # probes the CPU vocoder's reach
+            "chunk_limits": voice.chunk_limits,
         },
     )
     native = variant != "cpu"

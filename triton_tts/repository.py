@@ -144,7 +144,7 @@ def _stage_files(voice: Voice, voice_dir: Path) -> dict[str, list[tuple[Path, st
         vocoder.append((voice_dir / VOCODER_UNPADDED_FILE, unpadded_twin(Path("model.onnx")).name))
     return {
         "acoustic": [*acoustic, (voice_dir / VOICE_FILE, VOICE_FILE)],
-        "vocoder": vocoder,
+        "vocoder": [*vocoder, (voice_dir / VOICE_FILE, VOICE_FILE)],
         "preprocess": [(voice_dir / VOICE_FILE, VOICE_FILE)],
         "postprocess": [(voice_dir / VOICE_FILE, VOICE_FILE)],
     }

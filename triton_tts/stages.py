@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -28,8 +28,18 @@ import onnxruntime as ort
 
 from triton_tts.batching import pad_stack, plan_sub_batches
 from triton_tts.config_parameters import string_parameters
+from triton_tts.limits import ChunkLimits
 from triton_tts.onnx_session import cpu_session, resolve_threads
+from triton_tts.validation import (
+    InvalidRequest,
+    check_latent,
+    check_phoneme_ids,
+    check_scales,
+    check_speaker,
+    one_item,
+)
 from triton_tts.vocoder_window import WINDOW_FRAMES, measure_context, run_windowed
+from triton_tts.voice import Voice
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +72,52 @@ class StageSettings:
                 raise ValueError(f"config parameter '{key}' is missing: render the repository again")
             return default
         return int(value)
+
+
+@dataclass(frozen=True)
+class StageBounds:
+    """What a stage model holds each request to: the front door's bounds for this voice
+    (triton_tts.validation's checks, its chunk budget from triton_tts.limits). tts_chunk's
+    steps and direct callers get the same checks: a stage cannot tell them apart."""
+
+    voice: str
+    limits: ChunkLimits
+    vocabulary: int  # ids 0..vocabulary-1 are the voice's symbols
+    length_scale: float  # the voice's, at SPEED 1
+    speakers: int
+
+    @classmethod
+    def of(cls, voice: Voice, settings: StageSettings) -> StageBounds:
+        framing = [voice.padding_id, *(voice.bos or []), *(voice.eos or []), *(voice.intersperse or [])]
+        vocabulary = 1 + max([*framing, *(i for ids in voice.symbols.values() for i in ids)])
+        limits = ChunkLimits.from_json(settings.parameters["chunk_limits"])
+        return cls(voice.name, limits, vocabulary, voice.length_scale, voice.num_speakers)
+
+    def speaker(self, tensor: npt.NDArray[Any] | None) -> int:
+        if tensor is None:
+            return 0
+        return check_speaker(int(one_item("SPEAKER_ID", tensor).reshape(-1)[0]), self.speakers, self.voice)
+
+    def acoustic_item(
+        self,
+        ids: npt.NDArray[Any],
+        length: npt.NDArray[Any],
+        scales: npt.NDArray[Any],
+        speaker: npt.NDArray[Any] | None,
+    ) -> tuple[IntArray, FloatArray, int]:
+        """One acoustic request's (ids, SCALES row, speaker), or InvalidRequest."""
+        count = int(one_item("PHONEME_LENGTH", length).reshape(-1)[0])
+        row = check_phoneme_ids(one_item("PHONEME_IDS", ids), count, self.vocabulary, self.limits.max_ids)
+        scales_row = one_item("SCALES", scales).reshape(-1)
+        speed, noise_w = check_scales(scales_row, self.length_scale)
+        refusal = self.limits.refusal(count, speed, noise_w)  # the frame budget, as preprocess
+        if refusal:
+            raise InvalidRequest(refusal)
+        return row, scales_row.astype(np.float32), self.speaker(speaker)
+
+    def latent(self, latent: npt.NDArray[Any], channels: int | None) -> FloatArray:
+        """One vocoder request's LATENT [C, frames], or InvalidRequest."""
+        return check_latent(one_item("LATENT", latent), channels, self.limits.max_frames)
 
 
 @dataclass
@@ -188,6 +244,7 @@ class VocoderRunner(_Runner):
         # this graph is local enough for that to leave every sample as it was.
         self.window_frames = window_frames
         channels = latent_channels or self.session.get_inputs()[0].shape[1]
+        self.channels = channels if isinstance(channels, int) else None  # LATENT's, when fixed
         self.window_context = (
             measure_context(lambda latent: self._run_one(latent, 0), channels)
             if window_frames > 0 and isinstance(channels, int)
@@ -249,6 +306,29 @@ class VocoderRunner(_Runner):
 
 
 ResultT = TypeVar("ResultT")
+ItemT = TypeVar("ItemT")
+
+
+def checked(
+    requests: Sequence[Any], check: Callable[[Any], ItemT], refuse: Callable[[Any, str, bool], None]
+) -> tuple[list[Any], list[ItemT]]:
+    """The requests whose inputs pass ``check`` (request -> its item), with their items;
+    each other request is answered at once by ``refuse(request, message, invalid)``:
+    ``invalid`` for an InvalidRequest (the caller's fault), else an unexpected failure
+    of the check. Its neighbours in the batch still run."""
+    kept: list[Any] = []
+    items: list[ItemT] = []
+    for request in requests:
+        try:
+            items.append(check(request))
+        except InvalidRequest as err:
+            refuse(request, str(err), True)
+            continue
+        except Exception as err:  # a check that broke is this request's failure alone
+            refuse(request, f"could not read the request: {err}", False)
+            continue
+        kept.append(request)
+    return kept, items
 
 
 def _in_order(results: Iterator[tuple[int, ResultT]], count: int) -> list[ResultT]:
@@ -256,6 +336,23 @@ def _in_order(results: Iterator[tuple[int, ResultT]], count: int) -> list[Result
     for index, result in results:
         ordered[index] = result
     return ordered
+
+
+def refusal(errors: Any, request_id: Callable[[Any], str], final: int) -> Callable[[Any, str, bool], None]:
+    """What :func:`checked` refuses with, for a model that answers through response
+    senders: the request's error (``errors``: its triton_tts.errors.RequestErrors;
+    INVALID_ARG for the caller's fault, else INTERNAL) as its one response, ``final`` as
+    in :func:`send_as_done`."""
+
+    def refuse(request: Any, message: str, invalid: bool) -> None:
+        rid = request_id(request)
+        response = errors.invalid(rid, message) if invalid else errors.response(rid, message)
+        try:
+            request.get_response_sender().send(response, flags=final)
+        except Exception as err:  # its client went away: nothing to answer
+            log.warning("could not answer refused request %s: %s", rid, err)
+
+    return refuse
 
 
 def send_as_done(

@@ -10,6 +10,10 @@ from __future__ import annotations
 import math
 import unicodedata
 from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 MAX_TEXT_CHARS = 1000  # per chunk through the `tts_chunk` pipeline
 MAX_LONG_TEXT_CHARS = 50_000  # per `tts` / `tts_stream` request, chunked internally
@@ -91,3 +95,71 @@ def check_speaker(speaker_id: int, num_speakers: int, voice: str) -> int:
         known = "0" if num_speakers == 1 else f"0..{num_speakers - 1}"
         raise InvalidRequest(f"unknown SPEAKER_ID {speaker_id}: voice '{voice}' has speakers {known}")
     return speaker_id
+
+
+# The stage models' checks: the tensors tts_chunk's steps pass on, which a caller can also
+# send to a stage directly. Each stage checks what it gets against the front door's bounds.
+SCALE_TOLERANCE = 1e-5  # SCALES travel as float32: a SPEED of 0.25 may arrive as 0.2499999
+
+
+def one_item(name: str, array: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """A stage input's one item: stage models take one item per request (batch axis 1),
+    as tts_chunk sends them."""
+    if array.ndim == 0 or array.shape[0] != 1:
+        got = "no batch axis" if array.ndim == 0 else f"a batch of {array.shape[0]}"
+        raise InvalidRequest(
+            f"{name}: this model takes one item per request (batch dimension 1), got {got}; "
+            "send each item as its own request"
+        )
+    return array[0]
+
+
+def check_phoneme_ids(row: npt.NDArray[Any], length: int, vocabulary: int, max_ids: int) -> npt.NDArray[Any]:
+    """PHONEME_IDS' first ``length`` ids, each a symbol of the voice (0..vocabulary-1),
+    at most ``max_ids`` of them (the voice's chunk budget)."""
+    row = row.reshape(-1)
+    if not 1 <= length <= row.size:
+        raise InvalidRequest(f"PHONEME_LENGTH {length} is outside [1, {row.size}] (the ids sent)")
+    if length > max_ids:
+        raise InvalidRequest(f"PHONEME_LENGTH {length}: a chunk has at most {max_ids} phoneme ids")
+    ids = row[:length]
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0 or high >= vocabulary:
+        bad = low if low < 0 else high
+        raise InvalidRequest(f"PHONEME_IDS holds {bad}: the voice's ids are 0..{vocabulary - 1}")
+    return ids
+
+
+def check_scales(scales: npt.NDArray[Any], voice_length_scale: float) -> tuple[float, float]:
+    """SCALES (noise_scale, length_scale, noise_w) within what SPEED and NOISE_* allow at
+    the front door: length_scale is the voice's over SPEED. Returns (SPEED, NOISE_W)."""
+    values = scales.reshape(-1)
+    if values.size != 3 or not np.isfinite(values).all():
+        raise InvalidRequest(
+            f"SCALES must be 3 finite numbers (noise_scale, length_scale, noise_w), got {values}"
+        )
+    noise_scale, length_scale, noise_w = (float(v) for v in values)
+    for name, value in (("noise_scale", noise_scale), ("noise_w", noise_w)):
+        if not -SCALE_TOLERANCE <= value <= MAX_NOISE * (1 + SCALE_TOLERANCE):
+            raise InvalidRequest(f"SCALES {name} {value:g} is outside [0, {MAX_NOISE:g}]")
+    speed = voice_length_scale / length_scale if length_scale > 0 else 0.0
+    if not MIN_SPEED * (1 - SCALE_TOLERANCE) <= speed <= MAX_SPEED * (1 + SCALE_TOLERANCE):
+        low, high = voice_length_scale / MAX_SPEED, voice_length_scale / MIN_SPEED
+        raise InvalidRequest(
+            f"SCALES length_scale {length_scale:g} is outside [{low:g}, {high:g}] "
+            f"(the voice's {voice_length_scale:g} over SPEED in [{MIN_SPEED:g}, {MAX_SPEED:g}])"
+        )
+    if math.isclose(speed, 1.0, rel_tol=SCALE_TOLERANCE):
+        speed = 1.0  # what preprocess predicted frames at (limits.ChunkLimits.predicted_frames)
+    return speed, min(max(noise_w, 0.0), MAX_NOISE)
+
+
+def check_latent(latent: npt.NDArray[Any], channels: int | None, max_frames: int) -> npt.NDArray[Any]:
+    """LATENT [channels, frames]: the vocoder's channels, 1..max_frames frames."""
+    if latent.ndim != 2:
+        raise InvalidRequest(f"LATENT must be [channels, frames] per item, got shape {list(latent.shape)}")
+    if channels is not None and latent.shape[0] != channels:
+        raise InvalidRequest(f"LATENT has {latent.shape[0]} channels; this vocoder takes {channels}")
+    if not 1 <= latent.shape[1] <= max_frames:
+        raise InvalidRequest(f"LATENT has {latent.shape[1]} frames; a chunk has 1 to {max_frames}")
+    return latent

@@ -4,9 +4,12 @@ This machine's Triton has no ONNX Runtime backend, so the ONNX file runs inside 
 Python-backend model. GPU nodes load the same ``model.onnx`` with the native
 ``onnxruntime`` backend (configs/gpu.pbtxt) or a TensorRT plan (configs/tensorrt.pbtxt).
 Inputs are ragged (``allow_ragged_batch``): requests of any length arrive in one
-execution; :class:`triton_tts.stages.AcousticRunner` plans and pads the ONNX runs, and
-each request is answered as soon as its item is done (a failed run: an INTERNAL error
-for its requests alone, logged with their ids by triton_tts.errors).
+execution. Each request is checked first (:class:`triton_tts.stages.StageBounds`: one
+item, ids of the voice within its chunk budget, SCALES within what SPEED and NOISE_*
+allow, a known speaker): a bad one gets its own INVALID_ARG error, the others run.
+:class:`triton_tts.stages.AcousticRunner` plans and pads the ONNX runs, and each request
+is answered as soon as its item is done (a failed run: an INTERNAL error for its
+requests alone, logged with their ids by triton_tts.errors).
 
 A Tacotron2 voice's acoustic stage (a decoder loop in Python) is this model on every node;
 its GPU named configs add ``pad_latent_frames`` for the native vocoder after it.
@@ -20,13 +23,14 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from triton_tts.errors import RequestErrors, request_id
-from triton_tts.stages import AcousticRunner, StageSettings, send_as_done
+from triton_tts.stages import AcousticRunner, StageBounds, StageSettings, checked, refusal, send_as_done
 from triton_tts.tacotron import Tacotron2Runner
 from triton_tts.voice import Voice
 
 
 def _input(request: Any, name: str) -> Any:
-    return pb_utils.get_input_tensor_by_name(request, name).as_numpy()
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    return None if tensor is None else tensor.as_numpy()
 
 
 class TritonPythonModel:
@@ -38,26 +42,30 @@ class TritonPythonModel:
             self.runner = Tacotron2Runner.from_settings(settings, voice)
         else:
             self.runner = AcousticRunner.from_settings(settings)
+        self.bounds = StageBounds.of(voice, settings)
         self.errors = RequestErrors(args["model_name"])
+        self._refuse = refusal(self.errors, request_id, pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         pb_utils.Logger.log_info(
             f"acoustic: '{voice.name}' ({voice.family}), onnxruntime CPU, "
             f"{settings.threads} intra-op thread(s)"
         )
 
     def execute(self, requests: list[Any]) -> None:
-        ids, scales, speakers = [], [], []
-        for request in requests:  # each request holds one item (batch axis of 1)
-            length = int(_input(request, "PHONEME_LENGTH").reshape(-1)[0])
-            ids.append(_input(request, "PHONEME_IDS").reshape(-1)[:length])
-            scales.append(_input(request, "SCALES").reshape(3))
-            speaker = pb_utils.get_input_tensor_by_name(request, "SPEAKER_ID")
-            speakers.append(0 if speaker is None else int(speaker.as_numpy().reshape(-1)[0]))
+        requests, items = checked(requests, self._item, self._refuse)
         send_as_done(
             [r.get_response_sender() for r in requests],
-            self.runner.iter_run(ids, scales, speakers),
+            self.runner.iter_run([i[0] for i in items], [i[1] for i in items], [i[2] for i in items]),
             _latent_response,
             lambda index, message: self.errors.response(request_id(requests[index]), message),
             pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+        )
+
+    def _item(self, request: Any) -> tuple[Any, Any, int]:
+        return self.bounds.acoustic_item(
+            _input(request, "PHONEME_IDS"),
+            _input(request, "PHONEME_LENGTH"),
+            _input(request, "SCALES"),
+            _input(request, "SPEAKER_ID"),
         )
 
 

@@ -1,7 +1,9 @@
 """Trim each waveform to its true length (frames x hop) and return float audio in [-1, 1].
 
 Native GPU vocoders return the whole padded batch width for every request; the frame
-count from the acoustic model says where each item's audio really ends.
+count from the acoustic model says where each item's audio really ends. Each request is
+checked (one item; FRAME_COUNT within the waveform it trims; the voice's SAMPLE_RATE): a
+bad one gets its own INVALID_ARG error, its neighbours their audio.
 """
 
 from __future__ import annotations
@@ -12,27 +14,44 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from triton_tts.errors import RequestErrors, request_id
+from triton_tts.validation import InvalidRequest, one_item
 from triton_tts.voice import Voice
 
 
 class TritonPythonModel:
     def initialize(self, args: dict[str, str]) -> None:
         folder = Path(args["model_repository"]) / args["model_version"]
-        self.hop = Voice.load(folder).hop_length
+        voice = Voice.load(folder)
+        self.hop, self.sample_rate = voice.hop_length, voice.sample_rate
+        self.errors = RequestErrors(args["model_name"])
 
     def execute(self, requests: list[Any]) -> list[Any]:
         responses = []
         for request in requests:
-            waveform = pb_utils.get_input_tensor_by_name(request, "WAVEFORM").as_numpy().reshape(-1)
-            frames = int(pb_utils.get_input_tensor_by_name(request, "FRAME_COUNT").as_numpy().reshape(-1)[0])
-            rate = pb_utils.get_input_tensor_by_name(request, "SAMPLE_RATE").as_numpy().reshape(1)
-            audio = np.clip(waveform[: frames * self.hop], -1.0, 1.0).astype(np.float32)
-            responses.append(
-                pb_utils.InferenceResponse(
-                    output_tensors=[
-                        pb_utils.Tensor("AUDIO", audio[None, :]),
-                        pb_utils.Tensor("SAMPLE_RATE", rate.reshape(1, 1).astype(np.int32)),
-                    ]
-                )
-            )
+            try:
+                responses.append(self._audio(request))
+            except InvalidRequest as err:
+                responses.append(self.errors.invalid(request_id(request), str(err)))
         return responses
+
+    def _audio(self, request: Any) -> Any:
+        def item(name: str) -> Any:
+            return one_item(name, pb_utils.get_input_tensor_by_name(request, name).as_numpy()).reshape(-1)
+
+        waveform, frames, rate = item("WAVEFORM"), item("FRAME_COUNT"), item("SAMPLE_RATE")
+        count = int(frames[0])
+        if not 0 <= count * self.hop <= waveform.size:
+            raise InvalidRequest(
+                f"FRAME_COUNT {count} is outside [0, {waveform.size // self.hop}] "
+                f"(the WAVEFORM's {waveform.size} samples at hop {self.hop})"
+            )
+        if int(rate[0]) != self.sample_rate:
+            raise InvalidRequest(f"SAMPLE_RATE {int(rate[0])}: this voice's is {self.sample_rate}")
+        audio = np.clip(waveform[: count * self.hop], -1.0, 1.0).astype(np.float32)
+        return pb_utils.InferenceResponse(
+            output_tensors=[
+                pb_utils.Tensor("AUDIO", audio[None, :]),
+                pb_utils.Tensor("SAMPLE_RATE", np.array([[self.sample_rate]], dtype=np.int32)),
+            ]
+        )
