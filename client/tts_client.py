@@ -152,7 +152,7 @@ class RetryPolicy:
 
     def delay(self, retry: int, draw: float | None = None) -> float:
         """The wait before retry ``retry``: uniform in [0, backoff] (``draw`` in [0, 1) fixes it)."""
-        return (random.random() if draw is None else draw) * self.backoff(retry)
+        return (random.random() if draw is None else draw) * self.backoff(retry)  # noqa: S311 - spread, not secrecy
 
     def next_delay(self, retry: int, deadline: float, hint_s: float | None = None) -> float | None:
         """How long to wait before retry ``retry``, or None to give up (no attempts left,
@@ -163,7 +163,7 @@ class RetryPolicy:
             return None
         wait = self.delay(retry)
         if hint_s is not None:
-            wait = max(wait, hint_s * (1.0 + 0.25 * random.random()))
+            wait = max(wait, hint_s * (1.0 + 0.25 * random.random()))  # noqa: S311 - spread, not secrecy
         return wait if time.monotonic() + wait < deadline else None
 
 

@@ -269,7 +269,7 @@ def detect_gpu_name(override: str | None = None) -> str | None:
         return override.strip()
     try:
         done = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],  # noqa: S607 - the tool on PATH, by design
             capture_output=True,
             text=True,
             encoding="utf-8",

@@ -187,7 +187,7 @@ def default_directory(repository: str) -> Path:
     """A ledger per server when ``triton-tts serve`` named none: keyed by the repository
     and the tritonserver process (the stubs' parent)."""
     key = hashlib.sha256(f"{Path(repository).resolve()}:{os.getppid()}".encode()).hexdigest()[:16]
-    shm = Path("/dev/shm")
+    shm = Path("/dev/shm")  # noqa: S108 - a fallback; serve sets its own folder
     base = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
     return base / f"triton-tts-admission-{key}"
 

@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get(TRITON_URL_ENV, DEFAULTS.triton_url),
         help=f"Triton's gRPC endpoint (env {TRITON_URL_ENV})",
     )
-    parser.add_argument("--host", default="0.0.0.0", help="address to listen on")
+    parser.add_argument("--host", default="0.0.0.0", help="address to listen on")  # noqa: S104 - in a container; the chart's NetworkPolicy bounds it
     parser.add_argument(
         "--port", type=int, default=int(os.environ.get(PORT_ENV, DEFAULT_PORT)), help=f"port (env {PORT_ENV})"
     )
