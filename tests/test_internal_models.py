@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
@@ -45,10 +46,8 @@ def test_one_item_per_request() -> None:
 
 def test_scales_are_bounded_as_speed_and_noise_are() -> None:
     voice_scale = 1.08
-    assert check_scales(np.array([0.667, voice_scale, 0.8], np.float32), voice_scale) == (
-        1.0,
-        pytest.approx(0.8),
-    )
+    speed, noise_w = check_scales(np.array([0.667, voice_scale, 0.8], np.float32), voice_scale)
+    assert speed == 1.0 and noise_w == pytest.approx(0.8)
     # The front door's extremes, as preprocess writes them in float32, pass.
     for speed in (MIN_SPEED, 0.3, MAX_SPEED):
         row = np.array([MAX_NOISE, voice_scale / speed, 0.0], np.float32)
@@ -61,9 +60,9 @@ def test_scales_are_bounded_as_speed_and_noise_are() -> None:
         "noise_w": [0.667, voice_scale, -0.1],
         "finite": [float("nan"), voice_scale, 0.8],
     }
-    for word, row in bad.items():
+    for word, values in bad.items():
         with pytest.raises(InvalidRequest, match=word.strip()):
-            check_scales(np.array(row, np.float32), voice_scale)
+            check_scales(np.array(values, np.float32), voice_scale)
 
 
 def test_ids_lengths_and_latents() -> None:
@@ -110,13 +109,13 @@ class Call:
     refused_for: str | None = None
 
 
-def _sentence_ids(voice: Voice) -> np.ndarray:
+def _sentence_ids(voice: Voice) -> npt.NDArray[Any]:
     ids = voice.phonemes_to_ids("ðə kwˈɪk bɹˈaʊn fˈɑːks.")
     return np.array([ids], dtype=np.int64)
 
 
 def _acoustic(
-    ids: np.ndarray, scales: list[float], length: int | None = None, batch: int = 1
+    ids: npt.NDArray[Any], scales: list[float], length: int | None = None, batch: int = 1
 ) -> dict[str, Any]:
     ids = np.repeat(ids, batch, axis=0)
     return {
@@ -157,7 +156,7 @@ def _calls(voice: Voice) -> list[Call]:
     ]
 
 
-def _post(waveform: np.ndarray, frames: int, rate: int) -> dict[str, Any]:
+def _post(waveform: npt.NDArray[Any], frames: int, rate: int) -> dict[str, Any]:
     return {
         "WAVEFORM": waveform.astype(np.float32),
         "FRAME_COUNT": np.array([[frames]], np.int64),
@@ -221,7 +220,7 @@ def test_bad_direct_calls_among_good_traffic(server: TritonServer, voice: Voice)
         finally:
             own.close()
 
-    def say() -> np.ndarray:
+    def say() -> npt.NDArray[Any]:
         own = client()
         try:
             return synthesize(own, text, **DETERMINISTIC)[0]

@@ -111,7 +111,8 @@ def one_item(name: str, array: npt.NDArray[Any]) -> npt.NDArray[Any]:
             f"{name}: this model takes one item per request (batch dimension 1), got {got}; "
             "send each item as its own request"
         )
-    return array[0]
+    item: npt.NDArray[Any] = array[0]
+    return item
 
 
 def check_phoneme_ids(row: npt.NDArray[Any], length: int, vocabulary: int, max_ids: int) -> npt.NDArray[Any]:
