@@ -138,7 +138,12 @@ def test_tts_chunk_is_bounded_by_its_stages(tiny: TritonServer) -> None:
     def call() -> None:
         client = grpcclient.InferenceServerClient(tiny.grpc_url)
         try:
-            assert client.infer("tts_chunk", tts_inputs(grpcclient, SENTENCES[3])).as_numpy("AUDIO").size
+            inside = tiny.internal_parameters()  # tts_chunk answers the server's own chunks only
+            assert (
+                client.infer("tts_chunk", tts_inputs(grpcclient, SENTENCES[3]), parameters=inside)
+                .as_numpy("AUDIO")
+                .size
+            )
         finally:
             client.close()
 
@@ -190,7 +195,8 @@ def test_tts_stream_refuses_beyond_its_streams_at_once(tiny: TritonServer) -> No
     first_still_going = first.is_alive()
     first.join()
     assert chunks == 0 and first_still_going, errors
-    assert len(errors) == 1 and errors[0].startswith("server busy") and "retry" in errors[0]
+    # a stream's error names its code (triton_tts/errors.py, CODE_TAG)
+    assert len(errors) == 1 and errors[0].startswith("[UNAVAILABLE] server busy") and "retry" in errors[0]
     with TTSClient(tiny.grpc_url, "grpc", retry=PATIENT) as client:  # free again (the count drops
         assert len(list(client.stream(SENTENCES[0]))) == 1  # just after the final flag)
 
