@@ -122,9 +122,11 @@ def test_unpronounceable_texts_batched_with_good_ones_fail_alone(http, grpc, ser
     # batch: it takes a short text in about a millisecond); tts in waves its admission
     # bound takes (4 instances + 8 queued)
     direct = [SLOW, *mixed, SLOW, *mixed]
+    inside = server.internal_parameters()  # tts_chunk answers the server's own chunks only
     burst = httpclient.InferenceServerClient(server.http_url, concurrency=len(direct), network_timeout=300)
     chunked = [
-        (t, burst.async_infer("tts_chunk", tts_inputs(httpclient, t, **DETERMINISTIC))) for t in direct
+        (t, burst.async_infer("tts_chunk", tts_inputs(httpclient, t, **DETERMINISTIC), parameters=inside))
+        for t in direct
     ]
     answers: list[tuple[str, Any]] = []
     for wave in range(0, len(mixed), 6):
@@ -175,7 +177,7 @@ def batch_sizes(http: httpclient.InferenceServerClient, model: str) -> dict[int,
     return {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in stats.get("batch_stats", [])}
 
 
-def test_a_bad_and_a_good_item_share_one_execution(http, grpc) -> None:
+def test_a_bad_and_a_good_item_share_one_execution(server: TritonServer, http, grpc) -> None:
     """Proven by counting: behind SLOW, 4 good and 4 unpronounceable tts_chunk requests
     queue for preprocess (one instance). An execution of 6 or more items holds more than
     the 5 refused ones (4 + SLOW), so a good one, and more than the 4 good ones, so a bad
@@ -191,6 +193,7 @@ def test_a_bad_and_a_good_item_share_one_execution(http, grpc) -> None:
                 "tts_chunk",
                 tts_inputs(grpcclient, text, **DETERMINISTIC),
                 callback=lambda result, error, i=i: answers.put((i, result, error)),
+                parameters=server.internal_parameters(),
             )
         for _ in texts:
             i, result, error = answers.get(timeout=300)
@@ -236,7 +239,12 @@ def test_every_refusal_is_logged_once_with_its_request_id(server: TritonServer, 
             assert errors.get(timeout=60) is not None
         else:
             with pytest.raises(InferenceServerException):
-                http.infer(model, tts_inputs(httpclient, text, **extra), request_id=rid)
+                http.infer(
+                    model,
+                    tts_inputs(httpclient, text, **extra),
+                    request_id=rid,
+                    parameters=server.internal_parameters() if model == "tts_chunk" else None,
+                )
     grpc.stop_stream()
     for rid, (model, _, _, words) in cases.items():
         lines = _logged(server, f"request {rid}")

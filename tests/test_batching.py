@@ -38,13 +38,16 @@ STAGES = ("preprocess", "acoustic", "vocoder", "postprocess")
 
 
 def all_at_once(
-    http: httpclient.InferenceServerClient,
+    http: httpclient.InferenceServerClient, inside: dict[str, str]
 ) -> tuple[list[Any], dict[str, tuple[int, int]]]:
     """MIXED sent together through the ensemble: the audio, and each stage's (inferences,
     executions) for them. (Its stages admit 32 waiting; tts admits 4 + 8 texts, one per
     instance, which leaves the stages too little backlog to batch reliably.)"""
     before = {m: model_counts(http, m) for m in STAGES}
-    pending = [http.async_infer("tts_chunk", tts_inputs(httpclient, t, **DETERMINISTIC)) for t in MIXED]
+    pending = [
+        http.async_infer("tts_chunk", tts_inputs(httpclient, t, **DETERMINISTIC), parameters=inside)
+        for t in MIXED
+    ]
     audio = [p.get_result().as_numpy("AUDIO").reshape(-1) for p in pending]
     after = {m: model_counts(http, m) for m in STAGES}
     counts = {m: (after[m][0] - before[m][0], after[m][1] - before[m][1]) for m in STAGES}
@@ -68,9 +71,13 @@ def test_mixed_lengths_are_batched_and_match_unbatched(batching: TritonServer) -
     try:
         unbatched = []
         for text in MIXED:  # one at a time: each runs alone
-            result = http.infer("tts_chunk", tts_inputs(httpclient, text, **DETERMINISTIC))
+            result = http.infer(
+                "tts_chunk",
+                tts_inputs(httpclient, text, **DETERMINISTIC),
+                parameters=batching.internal_parameters(),
+            )
             unbatched.append(result.as_numpy("AUDIO").reshape(-1))
-        batched, counts = all_at_once(http)
+        batched, counts = all_at_once(http, batching.internal_parameters())
     finally:
         http.close()
     # The expensive stages must really have batched requests of different lengths.
@@ -84,12 +91,12 @@ def test_mixed_lengths_are_batched_and_match_unbatched(batching: TritonServer) -
 
 
 def test_by_default_each_cpu_instance_takes_one_request_at_a_time_also_under_a_backlog(
-    http: httpclient.InferenceServerClient,
+    server: TritonServer, http: httpclient.InferenceServerClient
 ) -> None:
     """Triton's batcher keeps the preferred size (1) only while no request has waited past
     the queue delay; with a delay, a backlog went to one instance as one batch while the
     other sat idle (model_configs._batching). The defaults wait 0."""
-    _, counts = all_at_once(http)
+    _, counts = all_at_once(http, server.internal_parameters())
     for model in ("acoustic", "vocoder"):
         assert counts[model][1] == len(MIXED), (
             f"{model}: {counts[model][1]} executions for {len(MIXED)} requests"

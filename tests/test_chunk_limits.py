@@ -133,10 +133,14 @@ def test_the_worst_accepted_chunk_fits_the_engines(built: Path, voice, phonemize
     assert worst["frames"] > max_frames // 3  # the chunks really were long
 
 
-def test_tts_chunk_refuses_what_would_not_fit_and_tts_says_it_in_pieces(http) -> None:
+def test_tts_chunk_refuses_what_would_not_fit_and_tts_says_it_in_pieces(server, http) -> None:
     text = " ".join(HELD_OUT[4:] * 3)  # ~450 characters of prose
     with pytest.raises(InferenceServerException) as refused:
-        http.infer("tts_chunk", tts_inputs(httpclient, text, SPEED=MIN_SPEED, NOISE_SCALE=0.0, NOISE_W=0.0))
+        http.infer(
+            "tts_chunk",
+            tts_inputs(httpclient, text, SPEED=MIN_SPEED, NOISE_SCALE=0.0, NOISE_W=0.0),
+            parameters=server.internal_parameters(),
+        )
     assert TOO_LONG in refused.value.message() and "tts_stream" in refused.value.message()
     normal = http.infer("tts", tts_inputs(httpclient, text, NOISE_SCALE=0.0, NOISE_W=0.0))
     slow = http.infer("tts", tts_inputs(httpclient, text, SPEED=MIN_SPEED, NOISE_SCALE=0.0, NOISE_W=0.0))

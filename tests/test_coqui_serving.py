@@ -104,7 +104,11 @@ def test_each_family_served_equals_coqui(
     assert np.abs(reference).max() > 1e-3  # real audio
     client = grpcclient.InferenceServerClient(multi_server.grpc_url)
     try:
-        result = client.infer(f"tts_chunk__{voice.name}", tts_inputs(grpcclient, TEXT, **DETERMINISTIC))
+        result = client.infer(
+            f"tts_chunk__{voice.name}",
+            tts_inputs(grpcclient, TEXT, **DETERMINISTIC),
+            parameters=multi_server.internal_parameters(),
+        )
         direct = result.as_numpy("AUDIO").reshape(-1)
         through_tts = client.infer("tts", tts_inputs(grpcclient, TEXT, VOICE=voice.name, **DETERMINISTIC))
     finally:

@@ -15,6 +15,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from tests.helpers import metric_total, shutdown_problems, tts_inputs
+from triton_tts import internal
 from triton_tts.client import TTSClient
 from triton_tts.loopback import Loopback, LoopbackFailed, Unreachable
 from triton_tts.model_configs import BuildOptions
@@ -45,12 +46,15 @@ def test_a_streams_first_chunk_overtakes_chunks_queued_before_it(server: TritonS
         return callback
 
     client = grpcclient.InferenceServerClient(server.grpc_url)
+    inside = server.internal_parameters()  # tts_chunk answers the server's own chunks only
     try:
         for i in range(FLOOD):
-            client.async_infer("tts_chunk", tts_inputs(grpcclient, LONG_CHUNK), record(f"flood {i}"))
+            client.async_infer(
+                "tts_chunk", tts_inputs(grpcclient, LONG_CHUNK), record(f"flood {i}"), parameters=inside
+            )
         time.sleep(0.3)  # the flood is in the queues
         first = "Thank you for calling."
-        client.async_infer("tts_chunk", tts_inputs(grpcclient, first), record("plain"))
+        client.async_infer("tts_chunk", tts_inputs(grpcclient, first), record("plain"), parameters=inside)
         with TTSClient(server.grpc_url, "grpc") as tts:
             chunks = tts.stream(first + " " + LONG_CHUNK)
             next(chunks)
@@ -68,7 +72,11 @@ def test_a_streams_first_chunk_overtakes_chunks_queued_before_it(server: TritonS
     assert behind < overtaken, done
 
 
-def test_the_loopback_sends_to_this_server_and_reports_its_errors(server: TritonServer) -> None:
+def test_the_loopback_sends_to_this_server_and_reports_its_errors(
+    server: TritonServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the loopback carries the models' token, as inside the server (triton_tts/internal.py)
+    monkeypatch.setenv(internal.TOKEN_ENV, server.internal_parameters()[internal.PARAMETER])
     loopback = Loopback(server.grpc_url, priority=1)
     audio, rate = loopback.synthesize("tts_chunk", "Hello there.", [], "loopback-test/0")
     assert rate == 22050 and audio.dtype == np.float32 and audio.size > rate // 4

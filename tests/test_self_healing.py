@@ -93,7 +93,12 @@ def test_a_killed_instance_heals_and_readiness_tells(healing, instance: str) -> 
         while not stop.is_set():
             sent = time.monotonic()
             try:
-                client.infer("tts_chunk", tts_inputs(httpclient, "Traffic keeps flowing."), headers=CALLER)
+                client.infer(
+                    "tts_chunk",
+                    tts_inputs(httpclient, "Traffic keeps flowing."),
+                    headers=CALLER,
+                    parameters=server.internal_parameters(),
+                )
                 outcomes.append((sent, "ok"))
             except InferenceServerException as err:
                 outcomes.append((sent, err.message()))
@@ -130,7 +135,13 @@ def test_a_killed_instance_heals_and_readiness_tells(healing, instance: str) -> 
         assert "ok" in during, during
     client = httpclient.InferenceServerClient(server.http_url, network_timeout=120)
     results = [
-        client.infer("tts_chunk", tts_inputs(httpclient, f"Healed {i}."), headers=CALLER) for i in range(8)
+        client.infer(
+            "tts_chunk",
+            tts_inputs(httpclient, f"Healed {i}."),
+            headers=CALLER,
+            parameters=server.internal_parameters(),
+        )
+        for i in range(8)
     ]
     assert all(r.as_numpy("AUDIO").size > 0 for r in results)
     assert client.is_server_ready()

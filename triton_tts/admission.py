@@ -485,13 +485,15 @@ def measure_capacity(
     voices: Mapping[str, tuple[str, bool, list[str]]],
     concurrency: int = 0,
     headers: Mapping[str, str] | None = None,
+    parameters: Mapping[str, str] | None = None,
 ) -> dict[str, tuple[float, dict[str, float]]]:
     """Each voice's capacity, measured on the warm server: ``concurrency`` sentences at once
     (twice the cores by default, so every stage instance stays busy), twice, through the
     voice's ``tts_chunk``; audio made over the wall time. Per stage, the audio over the
     busy time Triton's statistics give (audio seconds per second per instance).
     ``voices``: name -> (tts_chunk model, is Chinese, stage models); ``headers``: the keys
-    (gRPC metadata) the server's restricted APIs need."""
+    (gRPC metadata) the server's restricted APIs need; ``parameters``: the internal models'
+    token (triton_tts/internal.py)."""
     count = concurrency or max(8, 2 * (os.cpu_count() or 2))
     return {
         voice: _measure_voice(
@@ -501,6 +503,7 @@ def measure_capacity(
             stages,
             count,
             dict(headers or {}),
+            dict(parameters or {}),
         )
         for voice, (model, chinese, stages) in voices.items()
     }
@@ -510,7 +513,13 @@ RETRIES = 100  # of a sentence the stages refused for a full queue, 50 ms apart
 
 
 def _measure_voice(
-    grpc_url: str, model: str, text: str, stages: list[str], count: int, headers: dict[str, str]
+    grpc_url: str,
+    model: str,
+    text: str,
+    stages: list[str],
+    count: int,
+    headers: dict[str, str],
+    parameters: dict[str, str],
 ) -> tuple[float, dict[str, float]]:
     import concurrent.futures
 
@@ -536,7 +545,7 @@ def _measure_voice(
             tensor.set_data_from_numpy(np.array([[text.encode("utf-8")]], dtype=np.object_))
             for attempt in itertools.count():
                 try:
-                    result = own.infer(model, [tensor], headers=headers)
+                    result = own.infer(model, [tensor], headers=headers, parameters=parameters or None)
                     break
                 except InferenceServerException as err:  # a stage queue bounded below the burst
                     if "StatusCode.UNAVAILABLE" not in str(err.status()) or attempt >= RETRIES:

@@ -31,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 import triton_python_backend_utils as pb_utils
 
+from triton_tts import internal
 from triton_tts.admission import Refused, chunk_priority
 from triton_tts.chunking import ChunkPlan, halves, join_edges, split_text
 from triton_tts.config_parameters import string_parameters
@@ -254,6 +255,7 @@ def send_by_bls(model: str, text: str, extras: list[Any], chunk_id: str) -> Audi
         requested_output_names=["AUDIO", "SAMPLE_RATE"],
         inputs=inputs,
         request_id=chunk_id,
+        parameters=internal.parameters(),  # what the stages answer (triton_tts/internal.py)
     ).exec()
     if response.has_error():
         error = response.error()

@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from triton_tts import internal
+
 GRPC_URL_ENV = "TRITON_TTS_GRPC_URL"  # host:port of this server's gRPC endpoint
 
 # Status codes of a gRPC failure that came from Triton, not from the way there: the
@@ -126,6 +128,7 @@ class Loopback:
                 request_id=chunk_id,
                 priority=priority or self.priority,
                 headers=self.headers,
+                parameters=internal.parameters(),  # what the stages answer (triton_tts/internal.py)
             )
         except InferenceServerException as err:
             status, text_of = str(err.status()), str(err.message())

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -175,6 +176,8 @@ class TritonServer:
     admin_key: str | None = None
     # Callers' APIs (CALLER_APIS) behind this key, as ``Authorization: Bearer <key>``.
     api_key: str | None = None
+    # Per start: what opens tts_chunk and its stages to the server's own requests only.
+    internal_token: str | None = None
     process: subprocess.Popen[bytes] | None = None
     # The gRPC endpoint models send their priority requests to (triton_tts/loopback.py):
     # None, this server's own; "" names none (first chunks then go without priority).
@@ -199,6 +202,13 @@ class TritonServer:
         stop is coming: none should hold it for the length of its playback)."""
         if self.release_file is not None:
             self.release_file.touch()
+
+    def internal_parameters(self) -> dict[str, str]:
+        """The request parameters that open tts_chunk and its stages (triton_tts/internal.py)
+        on this start of the server; empty before a start."""
+        from triton_tts import internal
+
+        return internal.parameters(self.internal_token or "")
 
     def headers(self, protocol: str = "http") -> dict[str, str]:
         """What the product's own calls to this server carry (see key_headers)."""
@@ -253,6 +263,7 @@ class TritonServer:
     def start(self) -> TritonServer:
         import tempfile
 
+        from triton_tts import internal
         from triton_tts.admission import ADMISSION_DIR_ENV
         from triton_tts.client.tts_client import API_KEY_ENV
         from triton_tts.loopback import GRPC_URL_ENV
@@ -266,6 +277,8 @@ class TritonServer:
         env[GRPC_URL_ENV] = self.grpc_url if self.loopback_url is None else self.loopback_url
         env[RELEASE_FILE_ENV] = str(self.release_file)
         env[ADMISSION_DIR_ENV] = str(self.admission_dir)
+        self.internal_token = secrets.token_urlsafe(24)
+        env[internal.TOKEN_ENV] = self.internal_token
         # The loopback's own calls (triton_tts/loopback.py) carry the API key.
         if self.api_key:
             env[API_KEY_ENV] = self.api_key
@@ -330,7 +343,9 @@ class TritonServer:
             chunk = v["model"]
             models = [chunk.replace("tts_chunk", stage, 1) for stage in ("preprocess", "acoustic", "vocoder")]
             voices[v["name"]] = (chunk, is_chinese(v.get("language", "")), models)
-        self.capacity = measure_capacity(self.grpc_url, voices, headers=self.headers("grpc"))
+        self.capacity = measure_capacity(
+            self.grpc_url, voices, headers=self.headers("grpc"), parameters=self.internal_parameters()
+        )
         assert self.admission_dir is not None
         ledger = Ledger(self.admission_dir)
         for voice, (audio_per_s, stages) in self.capacity.items():

@@ -23,6 +23,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from triton_tts.errors import RequestErrors, request_id
+from triton_tts.internal import Gate
 from triton_tts.stages import AcousticRunner, StageBounds, StageSettings, checked, refusal, send_as_done
 from triton_tts.tacotron import Tacotron2Runner
 from triton_tts.voice import Voice
@@ -44,6 +45,7 @@ class TritonPythonModel:
             self.runner = AcousticRunner.from_settings(settings)
         self.bounds = StageBounds.of(voice, settings)
         self.errors = RequestErrors(args["model_name"])
+        self.gate = Gate(args)  # the server's own chunks only (triton_tts/internal.py)
         self._refuse = refusal(self.errors, request_id, pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         pb_utils.Logger.log_info(
             f"acoustic: '{voice.name}' ({voice.family}), onnxruntime CPU, "
@@ -61,6 +63,7 @@ class TritonPythonModel:
         )
 
     def _item(self, request: Any) -> tuple[Any, Any, int]:
+        self.gate.check(request)
         return self.bounds.acoustic_item(
             _input(request, "PHONEME_IDS"),
             _input(request, "PHONEME_LENGTH"),

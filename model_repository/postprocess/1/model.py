@@ -15,6 +15,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from triton_tts.errors import RequestErrors, request_id
+from triton_tts.internal import Gate
 from triton_tts.validation import InvalidRequest, one_item
 from triton_tts.voice import Voice
 
@@ -25,6 +26,7 @@ class TritonPythonModel:
         voice = Voice.load(folder)
         self.hop, self.sample_rate = voice.hop_length, voice.sample_rate
         self.errors = RequestErrors(args["model_name"])
+        self.gate = Gate(args)  # the server's own chunks only (triton_tts/internal.py)
 
     def execute(self, requests: list[Any]) -> list[Any]:
         responses = []
@@ -36,6 +38,8 @@ class TritonPythonModel:
         return responses
 
     def _audio(self, request: Any) -> Any:
+        self.gate.check(request)
+
         def item(name: str) -> Any:
             return one_item(name, pb_utils.get_input_tensor_by_name(request, name).as_numpy()).reshape(-1)
 

@@ -24,6 +24,7 @@ import triton_python_backend_utils as pb_utils
 from triton_tts.batching import bucket_length
 from triton_tts.config_parameters import string_parameters
 from triton_tts.errors import RequestErrors, request_id
+from triton_tts.internal import Gate
 from triton_tts.limits import ChunkLimits
 from triton_tts.request_options import read_options, read_text
 from triton_tts.text.reader import Reading, TextReader
@@ -50,12 +51,14 @@ class TritonPythonModel:
         self.pad_id = self.voice.padding_id
         self.limits = ChunkLimits.from_json(params["chunk_limits"])
         self.errors = RequestErrors(args["model_name"])
+        self.gate = Gate(args)  # the server's own chunks only (triton_tts/internal.py)
         pb_utils.Logger.log_info(
             f"preprocess: voice '{self.voice.name}', language '{self.voice.phonemizer_language}', "
             f"tokens '{self.voice.tokens}'"
         )
 
     def _read(self, request: Any, index: int, rid: str) -> tuple[str, _Accepted]:
+        self.gate.check(request)
         text = read_text(request, MAX_TEXT_CHARS)
         options = read_options(request, self.voices)
         v = self.voice

@@ -16,6 +16,7 @@ from typing import Any
 import triton_python_backend_utils as pb_utils
 
 from triton_tts.errors import RequestErrors, request_id
+from triton_tts.internal import Gate
 from triton_tts.stages import StageBounds, StageSettings, VocoderRunner, checked, refusal, send_as_done
 from triton_tts.voice import Voice
 
@@ -26,6 +27,7 @@ class TritonPythonModel:
         self.runner = VocoderRunner.from_settings(settings)
         self.bounds = StageBounds.of(Voice.load(settings.onnx_path.parent), settings)
         self.errors = RequestErrors(args["model_name"])
+        self.gate = Gate(args)  # the server's own chunks only (triton_tts/internal.py)
         self._refuse = refusal(self.errors, request_id, pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         pb_utils.Logger.log_info(f"vocoder: onnxruntime CPU, {self.runner.threads} intra-op thread(s)")
 
@@ -44,6 +46,7 @@ class TritonPythonModel:
     def _item(self, request: Any) -> tuple[Any, int]:
         """[1, channels, frames] -> ([channels, frames], speaker). SPEAKER_ID: speaker-
         conditioned vocoders only (others have no such input)."""
+        self.gate.check(request)
         latent = pb_utils.get_input_tensor_by_name(request, "LATENT").as_numpy()
         speaker = pb_utils.get_input_tensor_by_name(request, "SPEAKER_ID")
         return (
