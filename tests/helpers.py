@@ -52,9 +52,12 @@ def synthesize(client: Any, text: str | bytes, **scalars: Any) -> tuple[npt.NDAr
     return audio, rate
 
 
-def model_counts(client: httpclient.InferenceServerClient, model: str) -> tuple[int, int]:
-    """(inference_count, execution_count) from Triton's own statistics."""
-    stats = client.get_inference_statistics(model)["model_stats"][0]
+def model_counts(
+    client: httpclient.InferenceServerClient, model: str, headers: dict[str, str] | None = None
+) -> tuple[int, int]:
+    """(inference_count, execution_count) from Triton's own statistics (``headers``: the
+    admin key of a server that restricts them, as `triton-tts serve` does)."""
+    stats = client.get_inference_statistics(model, headers=headers)["model_stats"][0]
     return int(stats["inference_count"]), int(stats["execution_count"])
 
 

@@ -4,6 +4,7 @@ SIGTERM/SIGINT finish before it exits 0, a crash at shutdown is caught; metrics.
 from __future__ import annotations
 
 import json
+import os
 import queue
 import re
 import signal
@@ -12,6 +13,7 @@ import sys
 import threading
 import urllib.error
 import urllib.request
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -35,6 +37,7 @@ from tests.helpers import (
 from triton_tts.model_configs import parse
 from triton_tts.server import READY_TIMEOUT_S, TritonServer, free_port
 from triton_tts.testing.sample_texts import PARAGRAPH
+from triton_tts.watchdog import ADMIN_HEADER
 
 STOP_TIMEOUT_S = 300  # a deadline for a hang; serve's own bound is its drain plus Triton's exit timeout
 WARMUP_LINE = re.compile(rb"model '([^']+)' instance (\S+) is running warmup sample")
@@ -51,12 +54,20 @@ class Serve:
     http_port: int
     grpc_port: int
     health_port: int
+    admin_key: str  # serve closes Triton's admin APIs (statistics among them) with it
+
+    @property
+    def admin(self) -> dict[str, str]:
+        """The header that opens Triton's admin APIs on this serve."""
+        return {ADMIN_HEADER: self.admin_key}
 
     @classmethod
     def start(cls, voice_dir: Path, tmp_path: Path, *extra: str) -> Serve:
         ports = [free_port() for _ in range(4)]
         repo, log = tmp_path / "repo", tmp_path / "tritonserver.log"
         out = (tmp_path / "serve.out").open("w", encoding="utf-8")
+        env = dict(os.environ)
+        env.setdefault("TRITON_TTS_ADMIN_KEY", f"test-admin-{uuid.uuid4().hex}")
         process = subprocess.Popen(
             [
                 sys.executable, "-m", "triton_tts.cli", "serve", "--voice", str(voice_dir),
@@ -64,9 +75,9 @@ class Serve:
                 "--metrics-port", str(ports[2]), "--health-port", str(ports[3]),
                 f"--triton-arg=--log-file={log}", *extra,
             ],
-            stdout=out, stderr=subprocess.STDOUT, text=True,
+            stdout=out, stderr=subprocess.STDOUT, text=True, env=env,
         )  # fmt: skip
-        return cls(process, out, repo, log, ports[0], ports[1], ports[3])
+        return cls(process, out, repo, log, ports[0], ports[1], ports[3], env["TRITON_TTS_ADMIN_KEY"])
 
     def status(self, url: str) -> int | None:
         """The HTTP status of GET ``url``; None while nothing answers. Fails the test at once
@@ -192,20 +203,22 @@ def test_requests_in_flight_at_a_stop_signal_complete(
     try:
         serve.wait_ready()
         stats = httpclient.InferenceServerClient(f"localhost:{serve.http_port}")
-        made_before = model_counts(stats, "tts_chunk")[0]
+        made_before = model_counts(stats, "tts_chunk", serve.admin)[0]
         client.async_infer(
             "tts",
             tts_inputs(grpcclient, text, **DETERMINISTIC),
             callback=on_answer,
         )
         # tts is under way: Triton counts a chunk done (nothing else runs on this server)
-        wait_until(lambda: model_counts(stats, "tts_chunk")[0] > made_before, 300, "a chunk of tts")
+        wait_until(
+            lambda: model_counts(stats, "tts_chunk", serve.admin)[0] > made_before, 300, "a chunk of tts"
+        )
         client.start_stream(callback=on_stream)
         client.async_stream_infer(
             "tts_stream", tts_inputs(grpcclient, text, **DETERMINISTIC), enable_empty_final_response=True
         )
         responses = [streamed.get(timeout=300)]  # the stream's first chunk
-        made_at_signal = model_counts(stats, "tts_chunk")[0] - made_before
+        made_at_signal = model_counts(stats, "tts_chunk", serve.admin)[0] - made_before
         stats.close()  # an open keep-alive connection would hold Triton's exit
         tts_in_flight, stream_in_flight = not answered.is_set(), not stream_ended.is_set()
         serve.process.send_signal(stop_signal)
