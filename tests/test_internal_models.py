@@ -1,7 +1,7 @@
 """The stage models trust no caller: direct calls to preprocess, acoustic, vocoder and
 postprocess are held to the front door's bounds, each bad request refused on its own.
 
-The checks themselves (triton_tts.validation, triton_tts.stages.StageBounds) first, then
+The checks themselves (triton_tts.validation, triton_tts.stage_bounds.StageBounds) first, then
 through the real server: direct calls with a batch of 2, SCALES past what SPEED allows,
 ids outside the voice's table or budget, latents past the frame budget, sent at the same
 time as good direct calls and whole texts, which must all succeed.

@@ -4,7 +4,7 @@ This machine's Triton has no ONNX Runtime backend, so the ONNX file runs inside 
 Python-backend model. GPU nodes load the same ``model.onnx`` with the native
 ``onnxruntime`` backend (configs/gpu.pbtxt) or a TensorRT plan (configs/tensorrt.pbtxt).
 Inputs are ragged (``allow_ragged_batch``): requests of any length arrive in one
-execution. Each request is checked first (:class:`triton_tts.stages.StageBounds`: one
+execution. Each request is checked first (:class:`triton_tts.stage_bounds.StageBounds`: one
 item, ids of the voice within its chunk budget, SCALES within what SPEED and NOISE_*
 allow, a known speaker): a bad one gets its own INVALID_ARG error, the others run.
 :class:`triton_tts.stages.AcousticRunner` plans and pads the ONNX runs, and each request
@@ -24,7 +24,8 @@ import triton_python_backend_utils as pb_utils
 
 from triton_tts.errors import RequestErrors, request_id
 from triton_tts.internal import Gate
-from triton_tts.stages import AcousticRunner, StageBounds, StageSettings, checked, refusal, send_as_done
+from triton_tts.stage_bounds import StageBounds
+from triton_tts.stages import AcousticRunner, StageSettings, checked, refusal, send_as_done
 from triton_tts.tacotron import Tacotron2Runner
 from triton_tts.voice import Voice
 

@@ -1,7 +1,7 @@
 """Vocoder (VITS latent -> waveform) through onnxruntime, for CPU nodes.
 
 Latents of different lengths arrive in one ragged execution. Each request is checked
-first (:class:`triton_tts.stages.StageBounds`: one item, the vocoder's channels, frames
+first (:class:`triton_tts.stage_bounds.StageBounds`: one item, the vocoder's channels, frames
 within the voice's chunk budget, a known speaker): a bad one gets its own INVALID_ARG
 error, the others run. :class:`triton_tts.stages.VocoderRunner` plans the ONNX runs (one
 item per run by default on CPU, measured faster) and trims each waveform to its item's
@@ -17,7 +17,8 @@ import triton_python_backend_utils as pb_utils
 
 from triton_tts.errors import RequestErrors, request_id
 from triton_tts.internal import Gate
-from triton_tts.stages import StageBounds, StageSettings, VocoderRunner, checked, refusal, send_as_done
+from triton_tts.stage_bounds import StageBounds
+from triton_tts.stages import StageSettings, VocoderRunner, checked, refusal, send_as_done
 from triton_tts.voice import Voice
 
 

@@ -1,0 +1,71 @@
+"""What a Python stage model holds each request to: the front door's bounds for its voice.
+
+Kept apart from triton_tts.stages (the runners), which the chunk-limit calibration in
+triton_tts.limits uses: the bounds need the limits, the limits need a runner.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from triton_tts.limits import ChunkLimits
+from triton_tts.stages import FloatArray, IntArray, StageSettings
+from triton_tts.validation import (
+    InvalidRequest,
+    check_latent,
+    check_phoneme_ids,
+    check_scales,
+    check_speaker,
+    one_item,
+)
+from triton_tts.voice import Voice
+
+
+@dataclass(frozen=True)
+class StageBounds:
+    """What a stage model holds each request to: the front door's bounds for this voice
+    (triton_tts.validation's checks, its chunk budget from triton_tts.limits). tts_chunk's
+    steps and direct callers get the same checks: a stage cannot tell them apart."""
+
+    voice: str
+    limits: ChunkLimits
+    vocabulary: int  # ids 0..vocabulary-1 are the voice's symbols
+    length_scale: float  # the voice's, at SPEED 1
+    speakers: int
+
+    @classmethod
+    def of(cls, voice: Voice, settings: StageSettings) -> StageBounds:
+        framing = [voice.padding_id, *(voice.bos or []), *(voice.eos or []), *(voice.intersperse or [])]
+        vocabulary = 1 + max([*framing, *(i for ids in voice.symbols.values() for i in ids)])
+        limits = ChunkLimits.from_json(settings.parameters["chunk_limits"])
+        return cls(voice.name, limits, vocabulary, voice.length_scale, voice.num_speakers)
+
+    def speaker(self, tensor: npt.NDArray[Any] | None) -> int:
+        if tensor is None:
+            return 0
+        return check_speaker(int(one_item("SPEAKER_ID", tensor).reshape(-1)[0]), self.speakers, self.voice)
+
+    def acoustic_item(
+        self,
+        ids: npt.NDArray[Any],
+        length: npt.NDArray[Any],
+        scales: npt.NDArray[Any],
+        speaker: npt.NDArray[Any] | None,
+    ) -> tuple[IntArray, FloatArray, int]:
+        """One acoustic request's (ids, SCALES row, speaker), or InvalidRequest."""
+        count = int(one_item("PHONEME_LENGTH", length).reshape(-1)[0])
+        row = check_phoneme_ids(one_item("PHONEME_IDS", ids), count, self.vocabulary, self.limits.max_ids)
+        scales_row = one_item("SCALES", scales).reshape(-1)
+        speed, noise_w = check_scales(scales_row, self.length_scale)
+        refusal = self.limits.refusal(count, speed, noise_w)  # the frame budget, as preprocess
+        if refusal:
+            raise InvalidRequest(refusal)
+        return row, scales_row.astype(np.float32), self.speaker(speaker)
+
+    def latent(self, latent: npt.NDArray[Any], channels: int | None) -> FloatArray:
+        """One vocoder request's LATENT [C, frames], or InvalidRequest."""
+        return check_latent(one_item("LATENT", latent), channels, self.limits.max_frames)
