@@ -1,0 +1,59 @@
+"""What a caller passes and gets back: the ``tts`` model's options, the audio, the voices."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import soundfile as sf
+
+
+@dataclass(frozen=True)
+class SynthesisOptions:
+    """Optional inputs of the ``tts`` model; None leaves the input out (server default)."""
+
+    speed: float | None = None
+    speaker_id: int | None = None
+    noise_scale: float | None = None
+    noise_w: float | None = None
+    voice: str | None = None
+    # Who asks (a request parameter, not an input): the server's admission holds each
+    # named caller to its share (the gateway names one per API key).
+    caller: str | None = None
+
+    @property
+    def parameters(self) -> dict[str, str] | None:
+        return {"caller": self.caller} if self.caller else None
+
+
+@dataclass(frozen=True)
+class SynthesisResult:
+    audio: npt.NDArray[np.float32]  # float32 samples in [-1, 1], mono
+    sample_rate: int
+
+    @property
+    def duration_s(self) -> float:
+        return len(self.audio) / self.sample_rate
+
+    def write_wav(self, path: str | Path, subtype: str = "PCM_16") -> Path:
+        """Write a WAV that any player opens: 16-bit PCM by default, 'FLOAT' for float32."""
+        sf.write(str(path), self.audio, self.sample_rate, subtype=subtype, format="WAV")
+        return Path(path)
+
+
+@dataclass(frozen=True)
+class AudioChunk:
+    index: int
+    audio: npt.NDArray[np.float32]
+    sample_rate: int
+    is_last: bool
+
+
+@dataclass(frozen=True)
+class VoiceInfo:
+    name: str
+    language: str
+    sample_rate: int
+    speakers: dict[str, int]

@@ -1,0 +1,153 @@
+"""The blocking client: tritonclient's HTTP and gRPC clients, calls in this thread."""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections.abc import Generator
+from contextlib import closing
+from types import TracebackType
+from typing import Any
+
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from triton_tts.client.auth import Protocol
+from triton_tts.client.core import STREAM_END_WAIT_S, ClientCore, _chunk, _needs_grpc, _result
+from triton_tts.client.datatypes import AudioChunk, SynthesisOptions, SynthesisResult, VoiceInfo
+from triton_tts.client.errors import ServerBusy, TimedOut, TTSError, _stream_error
+
+
+class TTSClient(ClientCore):
+    """Blocking client; one per thread (tritonclient clients are not shared across threads)."""
+
+    def __init__(self, url: str | None = None, protocol: Protocol = "http", **settings: Any) -> None:
+        super().__init__(url, protocol, **settings)
+        timeout_s = self.timeout_s
+        self._lib = httpclient if protocol == "http" else grpcclient
+        if protocol == "http":
+            self._client: Any = httpclient.InferenceServerClient(
+                self.url, connection_timeout=timeout_s, network_timeout=timeout_s
+            )
+        else:
+            self._client = grpcclient.InferenceServerClient(self.url)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> TTSClient:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def is_ready(self) -> bool:
+        try:
+            return bool(self._client.is_model_ready(self.model, headers=self.headers))
+        except Exception:  # refused connections and friends
+            return False
+
+    def voices(self) -> list[VoiceInfo]:
+        """The voices the server serves (from the ``tts`` model's config)."""
+        with self._errors():
+            answer = self._client.get_model_config(self.model, **self._config_request())
+        return self._voices_of(answer)
+
+    def synthesize(
+        self,
+        text: str | bytes,
+        speed: float | None = None,
+        speaker_id: int | None = None,
+        noise_scale: float | None = None,
+        noise_w: float | None = None,
+        voice: str | None = None,
+        caller: str | None = None,
+    ) -> SynthesisResult:
+        """One text (any length) -> the whole audio; unset options take the server's defaults.
+        A busy server's refusal is retried per ``retry``."""
+        options = SynthesisOptions(speed, speaker_id, noise_scale, noise_w, voice, caller)
+        retries = self._retries()
+        while True:
+            try:
+                return self._synthesize_once(text, options)
+            except ServerBusy as err:
+                time.sleep(retries.wait(err))
+
+    def _synthesize_once(self, text: str | bytes, options: SynthesisOptions) -> SynthesisResult:
+        request = self._infer_request(text, options)
+        try:
+            with self._errors():
+                result = self._client.infer(self.model, **request)
+        except TimeoutError as err:  # not a ConnectionError: passes through the block above
+            raise TimedOut(f"no answer from {self.url} within {self.timeout_s:g} s") from err
+        return _result(result)
+
+    def stream(
+        self,
+        text: str | bytes,
+        speed: float | None = None,
+        speaker_id: int | None = None,
+        noise_scale: float | None = None,
+        noise_w: float | None = None,
+        voice: str | None = None,
+        caller: str | None = None,
+    ) -> Generator[AudioChunk, None, None]:
+        """Audio chunks in order as the server makes them (gRPC). Leaving the loop early
+        (or closing the generator) cancels the request on the server. A busy server's
+        refusal is retried per ``retry``, only before the first chunk."""
+        _needs_grpc(self.protocol)
+        options = SynthesisOptions(speed, speaker_id, noise_scale, noise_w, voice, caller)
+        retries = self._retries()
+        while True:
+            chunks = self._stream_once(text, options)
+            try:
+                first = next(chunks, None)
+            except ServerBusy as err:
+                time.sleep(retries.wait(err))
+                continue
+            with closing(chunks):
+                if first is not None:
+                    yield first
+                    yield from chunks
+            return
+
+    def _stream_once(self, text: str | bytes, options: SynthesisOptions) -> Generator[AudioChunk, None, None]:
+        """One try: the answers come to a callback, in order, the request's final flag last."""
+        answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+        self._client.start_stream(
+            callback=lambda result, error: answers.put((result, error)), headers=self.headers
+        )
+        finished = False
+        refusal: TTSError | None = None
+        try:
+            self._client.async_stream_infer(
+                **self._stream_request(text, options), enable_empty_final_response=True
+            )
+            while True:
+                wait = self.timeout_s if refusal is None else min(self.timeout_s, STREAM_END_WAIT_S)
+                try:
+                    result, error = answers.get(timeout=wait)
+                except queue.Empty:
+                    if refusal is not None:
+                        raise refusal from None
+                    raise TimedOut(f"no audio from {self.url} within {self.timeout_s:g} s") from None
+                if error is not None:
+                    if error.status():  # the call itself failed: nothing more will come
+                        raise _stream_error(error, self.url)
+                    # The server refused the request, and the final flag that ends it follows:
+                    # read it before closing (see STREAM_END_WAIT_S).
+                    refusal = refusal or _stream_error(error, self.url)
+                    continue
+                response = result.get_response()
+                final = response.parameters["triton_final_response"].bool_param
+                if response.outputs and refusal is None:
+                    yield _chunk(result)
+                if final:
+                    finished = True
+                    if refusal is not None:
+                        raise refusal
+                    return
+        finally:
+            self._client.stop_stream(cancel_requests=not finished)
