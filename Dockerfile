@@ -38,7 +38,7 @@ COPY requirements/image.txt /tmp/image-requirements.txt
 # ignores PYTHONPATH). The repository template (configs + model code) is package data.
 RUN python3 -m venv /opt/triton-tts \
  && /opt/triton-tts/bin/pip install --no-cache-dir --no-index --find-links /tmp/wheels \
-      -r /tmp/image-requirements.txt triton-tts \
+      -r /tmp/image-requirements.txt 'triton-tts[serve]' \
  && rm -rf /tmp/wheels /tmp/image-requirements.txt
 
 # Read-only root filesystem: every cache and temporary file goes under /tmp, which the

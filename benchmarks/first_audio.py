@@ -39,9 +39,9 @@ from typing import Any
 import numpy as np
 
 from benchmarks.stamp import stamp, stamp_line, write_report
+from testkit.sample_texts import STREAM_PARAGRAPHS
 from triton_tts.client import TTSClient
 from triton_tts.model_configs import BuildOptions
-from triton_tts.testing.sample_texts import STREAM_PARAGRAPHS
 
 DEFAULT = BuildOptions()
 BEFORE = replace(DEFAULT, stream_lead_ms=0, first_chunk_priority=0, first_chunk_chars=160, chunk_growth=0)

@@ -34,8 +34,8 @@ import numpy as np
 from websockets.sync.client import connect
 
 from benchmarks.stamp import stamp, write_report
+from testkit.sample_texts import PARAGRAPH, SENTENCES
 from triton_tts.client import TTSClient
-from triton_tts.testing.sample_texts import PARAGRAPH, SENTENCES
 
 PATHS = ("grpc", "http-pcm", "http-mp3", "websocket")
 SETTLE_S = 1.0  # after a burst of left streams: their cancellation reaches the model

@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from testkit.sample_texts import SENTENCES
 from triton_tts.client import TTSClient
-from triton_tts.testing.sample_texts import SENTENCES
 
 
 def load(call: Callable[[str], float], concurrency: int, rounds: int) -> dict[str, float]:

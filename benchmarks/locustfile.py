@@ -21,8 +21,8 @@ from locust import User, between, events, task
 
 grpc_gevent.init_gevent()  # gRPC's C core cooperates with Locust's gevent loop
 
+from testkit.sample_texts import PARAGRAPH  # noqa: E402
 from triton_tts.client import TTSClient, TTSError  # noqa: E402 - after init_gevent
-from triton_tts.testing.sample_texts import PARAGRAPH  # noqa: E402
 
 TEXTS = [
     "Turn left.",

@@ -37,8 +37,8 @@ import soundfile as sf
 
 from benchmarks.loadgen import load, triton_call
 from benchmarks.stamp import stamp, write_report
+from testkit.sample_texts import SENTENCES
 from triton_tts.onnx_session import available_cores
-from triton_tts.testing.sample_texts import SENTENCES
 
 log = logging.getLogger("peers")
 ROOT = Path(__file__).resolve().parent.parent
@@ -141,7 +141,7 @@ def coqui_model(family: str, precisions: list[str]) -> tuple[Path, Path, list[Pa
     folder = COQUI_MODEL / family
     checkpoint, config = folder / "checkpoint" / "model.pth", folder / "checkpoint" / "config.json"
     if not checkpoint.exists():
-        from triton_tts.testing.coqui_checkpoints import build_tts
+        from testkit.coqui_checkpoints import build_tts
 
         build_tts(family, folder / "checkpoint", size="full")
     # Coqui's Synthesizer trims "silence" off its output (do_trim_silence): on a random

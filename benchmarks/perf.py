@@ -31,10 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.stamp import stamp, write_report
+from testkit.sample_texts import PARAGRAPH
 from triton_tts.client import TTSClient
 from triton_tts.client.tts_client import env_api_key
 from triton_tts.server import key_headers
-from triton_tts.testing.sample_texts import PARAGRAPH
 
 log = logging.getLogger("perf")
 

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=Path("results/precision_gate.json"))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    from triton_tts.testing import hifigan_v1
+    from testkit import hifigan_v1
 
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:

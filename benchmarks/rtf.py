@@ -24,10 +24,10 @@ from typing import Any
 import numpy as np
 
 from benchmarks.stamp import stamp, write_report
+from testkit.sample_texts import SENTENCES
 from triton_tts.client import TTSClient
 from triton_tts.client.tts_client import Protocol
 from triton_tts.onnx_session import available_cores
-from triton_tts.testing.sample_texts import SENTENCES
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -56,10 +56,10 @@ import numpy as np
 import numpy.typing as npt
 
 from benchmarks.stamp import stamp, write_report
+from testkit.sample_texts import PARAGRAPH, SENTENCES
 from triton_tts.client.tts_client import NO_RETRIES, RequestRejected, RetryPolicy, ServerBusy, TTSClient
 from triton_tts.repository import build_repository, ensure_default_voice
 from triton_tts.server import TritonServer, free_port
-from triton_tts.testing.sample_texts import PARAGRAPH, SENTENCES
 from triton_tts.watchdog import stub_instances
 
 log = logging.getLogger("soak")

@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks.stamp import stamp, write_report
+from testkit.sample_texts import PARAGRAPH
 from triton_tts.client import TTSClient
-from triton_tts.testing.sample_texts import PARAGRAPH
 
 
 def p(values: list[float], q: float) -> float:

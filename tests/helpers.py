@@ -193,9 +193,9 @@ def export_random_coqui_voice(
     Tacotron2 gets a short decoder guard and a nudged stop token so that it stops."""
     import torch
 
+    from testkit.coqui_checkpoints import build_tts, build_vocoder
     from triton_tts.export.coqui.export import export_coqui
     from triton_tts.export.coqui.loading import load
-    from triton_tts.testing.coqui_checkpoints import build_tts, build_vocoder
 
     saved = build_tts(family, root / "tts", speakers=speakers)
     vocoder = build_vocoder(vocoder_family, root / "vocoder") if vocoder_family else None

@@ -24,6 +24,7 @@ import tritonclient.http as httpclient
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from testkit.sample_texts import PARAGRAPH, SENTENCES
 from tests.helpers import metric_total, tts_inputs
 from tests.test_overload import flood
 from triton_tts.admission import (
@@ -39,7 +40,6 @@ from triton_tts.admission import (
 from triton_tts.client.tts_client import NO_RETRIES, RetryPolicy, ServerBusy, TTSClient, retry_hint
 from triton_tts.model_configs import BuildOptions
 from triton_tts.server import TritonServer, default_voice_server
-from triton_tts.testing.sample_texts import PARAGRAPH, SENTENCES
 
 
 class Clock:

@@ -16,11 +16,11 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from testkit.sample_texts import PARAGRAPH
 from tests.helpers import model_counts, paragraph_chunks, synthesize, tts_inputs
 from tests.test_tts_metrics import delta, scrape, settle
 from triton_tts.metrics import REQUESTS
 from triton_tts.server import TritonServer
-from triton_tts.testing.sample_texts import PARAGRAPH
 
 LONG_TEXT = " ".join([PARAGRAPH] * 12)  # ~7,000 characters: minutes of speech
 LONG_TEXT_CHUNKS = paragraph_chunks(12)  # 21, worked out by hand (tests/helpers.py)

@@ -11,6 +11,7 @@ import re
 
 import pytest
 
+from testkit.sample_texts import PARAGRAPH
 from tests.helpers import (
     FIRST_CHARS,
     GROWTH,
@@ -24,7 +25,6 @@ from tests.helpers import (
 )
 from triton_tts.chunking import FIRST_CHUNK_CHARS, ChunkPlan, split_text
 from triton_tts.model_configs import BuildOptions
-from triton_tts.testing.sample_texts import PARAGRAPH
 from triton_tts.text.normalize import normalize_english
 
 SENTENCES = ChunkPlan(first_chars=40, max_chars=40)

@@ -16,12 +16,12 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from testkit.coqui_reference import coqui_ids, coqui_waveform
 from tests.helpers import DETERMINISTIC, export_random_coqui_voice, synthesize, tts_inputs
 from triton_tts.cli import main as cli_main
 from triton_tts.client import TTSClient
 from triton_tts.export.coqui.loading import Loaded
 from triton_tts.server import TritonServer, default_voice_server
-from triton_tts.testing.coqui_reference import coqui_ids, coqui_waveform
 
 TEXT = "Hello world, this is a test."
 PARITY_ATOL = 1e-4  # through the server: onnxruntime in Triton vs Coqui's PyTorch

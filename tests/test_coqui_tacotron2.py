@@ -29,14 +29,14 @@ import onnxruntime as ort
 import pytest
 import torch
 
+from testkit.coqui_checkpoints import _perturb, _tacotron2, build_tts, build_vocoder
+from testkit.coqui_reference import coqui_ids, coqui_waveform
 from triton_tts.batching import FRAME_MULTIPLE
 from triton_tts.export.coqui.export import export_coqui
 from triton_tts.export.coqui.loading import Loaded, load
 from triton_tts.export.coqui.tacotron2 import check_supported, export_stages
 from triton_tts.stages import RunFailed, StageSettings
 from triton_tts.tacotron import ONNX_FILES, PAD_PARAMETER, Tacotron2Runner
-from triton_tts.testing.coqui_checkpoints import _perturb, _tacotron2, build_tts, build_vocoder
-from triton_tts.testing.coqui_reference import coqui_ids, coqui_waveform
 from triton_tts.voice import VOCODER_FILE, Voice
 
 STOP_SHIFT = -0.3

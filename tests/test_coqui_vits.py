@@ -1,7 +1,7 @@
 """Coqui VITS -> voice folder, checked against Coqui's own PyTorch inference.
 
 The models are random-weight Coqui checkpoints built from Coqui's config classes
-(triton_tts/testing/coqui_checkpoints.py), loaded back through Coqui's ``Synthesizer`` like a
+(testkit/coqui_checkpoints.py), loaded back through Coqui's ``Synthesizer`` like a
 downloaded model. Weights are perturbed, so the flows are not the identity map they are
 at Coqui's initialisation.
 """
@@ -16,11 +16,11 @@ import numpy.typing as npt
 import onnxruntime as ort
 import pytest
 
+from testkit.coqui_checkpoints import build_tts
+from testkit.coqui_reference import coqui_ids, coqui_waveform
 from triton_tts.export.coqui.export import export_coqui
 from triton_tts.export.coqui.loading import Loaded, load
 from triton_tts.intelligibility import GateThresholds
-from triton_tts.testing.coqui_checkpoints import build_tts
-from triton_tts.testing.coqui_reference import coqui_ids, coqui_waveform
 from triton_tts.text.normalize import normalize_english
 from triton_tts.text.phonemize import EspeakPhonemizer
 from triton_tts.voice import Voice

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
+from testkit.sample_texts import PARAGRAPH
 from tests.helpers import (
     DETERMINISTIC,
     metric_total,
@@ -28,7 +29,6 @@ from tests.helpers import (
 from triton_tts.metrics import REQUESTS
 from triton_tts.repository import build_repository
 from triton_tts.server import TritonServer, free_port
-from triton_tts.testing.sample_texts import PARAGRAPH
 from triton_tts.voice import ACOUSTIC_FILE
 
 CLI = [sys.executable, "-m", "triton_tts.cli"]

@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from testkit.sample_texts import PARAGRAPH
 from tests.helpers import metric_total, shutdown_problems, tts_inputs
 from triton_tts import internal
 from triton_tts.client import TTSClient
 from triton_tts.loopback import Loopback, LoopbackFailed, Unreachable
 from triton_tts.model_configs import BuildOptions
 from triton_tts.server import TritonServer, default_voice_server, free_port
-from triton_tts.testing.sample_texts import PARAGRAPH
 
 LONG_CHUNK = (
     "Our opening hours have changed this month: we now open at nine in the morning and close at "

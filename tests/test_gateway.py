@@ -27,6 +27,7 @@ import pytest
 import soundfile as sf
 import tritonclient.http as httpclient
 
+from testkit.sample_texts import PARAGRAPH
 from tests.helpers import (
     gateway_outcomes,
     metric_total,
@@ -49,7 +50,6 @@ from triton_tts.gateway.errors import from_tts_error
 from triton_tts.gateway.settings import GatewaySettings
 from triton_tts.intelligibility import transcribe, word_error_rate
 from triton_tts.server import TritonServer, free_port, requests_in_flight
-from triton_tts.testing.sample_texts import PARAGRAPH
 
 # Several sentences: a stream of several chunks (the first is its first clause).
 TEXT = (

@@ -19,10 +19,10 @@ import pytest
 import soundfile as sf
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
+from testkit.sample_texts import PARAGRAPH
 from tests.helpers import running_gateway, stream_paragraph_chunks
 from triton_tts.gateway.command import API_KEY_ENV
 from triton_tts.server import TritonServer
-from triton_tts.testing.sample_texts import PARAGRAPH
 from triton_tts.voice import Voice
 
 CHROMIUM = shutil.which("chromium")

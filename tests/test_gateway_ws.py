@@ -17,6 +17,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 from websockets.sync.connection import Connection
 
+from testkit.sample_texts import PARAGRAPH
 from tests.helpers import (
     gateway_outcomes,
     metric_total,
@@ -27,7 +28,6 @@ from tests.helpers import (
 )
 from triton_tts.client import TTSClient
 from triton_tts.server import TritonServer, requests_in_flight
-from triton_tts.testing.sample_texts import PARAGRAPH
 
 TEXT = "Thanks for calling. Your order has shipped, and it should arrive on Thursday before noon."
 LONG_COPIES = 6

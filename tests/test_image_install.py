@@ -34,6 +34,7 @@ from triton_tts.server import free_port
 ROOT = Path(__file__).resolve().parent.parent
 WHEELHOUSE = ROOT / ".wheelhouse" / "py312"
 IMAGE_REQUIREMENTS = ROOT / "requirements" / "image.txt"
+LOCK = ROOT / "requirements" / "lock.txt"
 IMAGE_PYTHON = "3.12"
 PYENV_VERSION = "3.12.1"  # the image Python that pyenv has here
 SENTENCE = "Please call me back when you get home."
@@ -55,19 +56,10 @@ def canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def project_requirements(python: str, extra: str = "") -> dict[str, str]:
-    """pyproject.toml's pins that apply on ``python`` (``extra``: one optional group)."""
-    import tomllib
-
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    lines = project["optional-dependencies"][extra] if extra else project["dependencies"]
-    pins = {}
-    for line in lines:
-        req = Requirement(line)
-        if req.marker is None or req.marker.evaluate({"python_version": python}):
-            (spec,) = req.specifier
-            pins[canonical(req.name)] = spec.version
-    return pins
+def locked(name: str) -> str:
+    """``name==version`` as requirements/lock.txt (the exact versions `make` installs) has it."""
+    lock = pinned(LOCK.read_text(encoding="utf-8").splitlines())
+    return f"{name}=={lock[canonical(name)]}"
 
 
 def image_python() -> Path:
@@ -104,16 +96,6 @@ def committed_tree(target: Path) -> Path:
     return target
 
 
-def test_image_requirements_pin_what_pyproject_pins() -> None:
-    """One owner: pyproject.toml decides the direct pins; the image set agrees for 3.12."""
-    image = pinned(IMAGE_REQUIREMENTS.read_text(encoding="utf-8").splitlines())
-    for name, version in project_requirements(IMAGE_PYTHON).items():
-        assert image.get(name) == version, f"{name}: pyproject {version}, image set {image.get(name)}"
-    # The image takes the 3.11+ onnxruntime, the one `make test` runs on 3.11 (the 3.10 pin
-    # is for 3.10 installs only).
-    assert project_requirements(IMAGE_PYTHON)["onnxruntime"] == project_requirements("3.11")["onnxruntime"]
-
-
 @pytest.fixture(scope="module")
 def image_install(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh Python 3.12 virtualenv with the wheel and the image's requirement set."""
@@ -128,8 +110,10 @@ def image_install(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (wheel,) = dist.glob("triton_tts-*.whl")
     venv = scratch / "venv"
     run([python, "-m", "venv", venv])
-    local_server = [f"{n}=={v}" for n, v in project_requirements(IMAGE_PYTHON, "local-server").items()]
-    run([venv / "bin" / "pip", "install", "-q", *offline, "-r", IMAGE_REQUIREMENTS, wheel, *local_server])
+    # As the Dockerfile installs it: the image set, the wheel with its serving extra, and
+    # here the local tritonserver that stands in for the image's own.
+    run([venv / "bin" / "pip", "install", "-q", *offline, "-r", IMAGE_REQUIREMENTS, f"{wheel}[serve]",
+         locked("nvidia-pytriton")])  # fmt: skip
     return venv
 
 

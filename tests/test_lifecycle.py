@@ -23,6 +23,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from testkit.sample_texts import PARAGRAPH
 from tests.helpers import (
     DETERMINISTIC,
     assert_says_as_long,
@@ -36,7 +37,6 @@ from tests.helpers import (
 )
 from triton_tts.model_configs import parse
 from triton_tts.server import READY_TIMEOUT_S, TritonServer, free_port
-from triton_tts.testing.sample_texts import PARAGRAPH
 from triton_tts.watchdog import ADMIN_HEADER
 
 STOP_TIMEOUT_S = 300  # a deadline for a hang; serve's own bound is its drain plus Triton's exit timeout

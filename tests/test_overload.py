@@ -25,13 +25,13 @@ import tritonclient.http as httpclient
 from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.utils import InferenceServerException
 
+from testkit.sample_texts import PARAGRAPH, SENTENCES
 from tests.helpers import gateway_outcomes, metric_total, running_gateway, tts_inputs
 from triton_tts import model_configs
 from triton_tts.client.tts_client import AsyncTTSClient, RetryPolicy, ServerBusy, TTSClient
 from triton_tts.model_configs import BuildOptions, parse
 from triton_tts.repository import build_repository
 from triton_tts.server import TritonServer, free_port
-from triton_tts.testing.sample_texts import PARAGRAPH, SENTENCES
 
 # One text and one stream in progress; the stages hold what those can have in flight plus
 # one direct tts_chunk request (BuildOptions.stage_queue_size).

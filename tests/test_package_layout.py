@@ -26,8 +26,10 @@ ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = ROOT / "pyproject.toml"
 # Export-only dependencies (the `export` extra) and our packages that need them or exist
 # for tests: serving must load none of them.
-EXPORT_ONLY = ("torch", "TTS", "triton_tts.export", "triton_tts.testing")
-TEST_HELPERS = "triton_tts.testing"
+EXPORT_ONLY = ("torch", "TTS", "triton_tts.export", "testkit")
+TEST_HELPERS = "testkit"
+# Packages of data only (no __init__.py): the repository template and the gateway's page.
+DATA_PACKAGES = ("triton_tts.model_repository", "triton_tts.gateway.static")
 # Only importable inside Triton's Python backend (its stub provides part of it).
 PB_UTILS = "triton_python_backend_utils"
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
@@ -128,9 +130,14 @@ def test_every_package_folder_is_in_the_wheel() -> None:
     packages = _package_view().package_dirs(PYPROJECT)
     assert packages["triton_tts.export.coqui"] == ROOT / "export_scripts" / "coqui"
     for package, folder in packages.items():
-        assert (folder / "__init__.py").is_file() or package.endswith("model_repository"), folder
+        # Without __init__.py: the repository template and the folders of package data.
+        assert (folder / "__init__.py").is_file() or within(package, *DATA_PACKAGES), folder
         for child in folder.iterdir():
             if (child / "__init__.py").is_file():
+                assert f"{package}.{child.name}" in packages, f"{child} is not in pyproject's packages"
+            # A folder of package data with an importable name is listed too (setuptools
+            # warns otherwise); the models' version folders ("1") are not importable names.
+            if child.is_dir() and child.name.isidentifier() and child.name != "__pycache__":
                 assert f"{package}.{child.name}" in packages, f"{child} is not in pyproject's packages"
 
 
@@ -169,6 +176,19 @@ def test_a_cycle_is_found(tmp_path: Path) -> None:
     assert find_cycle({**graph, "pkg.helpers": set()}) is None
 
 
+def test_the_client_imports_nothing_of_the_server() -> None:
+    """The client installs alone (tests/test_install_sets.py): none of its modules imports
+    another of ours, also not lazily. import-linter cannot see client/ behind the
+    package-dir mapping, so this check is here."""
+    modules = wheel_modules()
+    client = [name for name in modules if within(name, "triton_tts.client")]
+    assert "triton_tts.client.cli" in client
+    for name in client:
+        ours = imported_names(name, modules[name], set(modules))
+        outside = [t for t in ours if within(t, "triton_tts") and not within(t, "triton_tts.client")]
+        assert outside == [], f"{name} imports {outside}"
+
+
 def test_the_product_never_imports_test_helpers() -> None:
     for name, targets in import_graph(wheel_modules()).items():
         if not within(name, TEST_HELPERS):
@@ -181,7 +201,7 @@ def _serving() -> tuple[dict[str, set[str]], list[str]]:
 
 
 def test_serving_imports_no_export_code() -> None:
-    """No module outside triton_tts.export and triton_tts.testing (the server, the Triton
+    """No module outside triton_tts.export and testkit (the server, the Triton
     models' runners, the CLI, the client) imports torch, coqui-tts or the export code when
     it is imported; the export commands import it when they run."""
     graph, serving = _serving()

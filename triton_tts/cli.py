@@ -39,7 +39,6 @@ from triton_tts.client.cli import (
 from triton_tts.client.tts_client import TTSError, env_api_key
 from triton_tts.gateway import command as gateway_command
 from triton_tts.model_configs import THREADS, BuildOptions, build_option_fields
-from triton_tts.repository import build_repository, ensure_default_voice
 from triton_tts.server import DRAIN_TIMEOUT_S, TritonServer, drain, supervised
 
 if TYPE_CHECKING:
@@ -100,6 +99,8 @@ def build_options(args: argparse.Namespace) -> BuildOptions:
 
 
 def _voice_dirs(args: argparse.Namespace) -> list[Path]:
+    from triton_tts.repository import ensure_default_voice
+
     dirs: list[Path] = args.voice or [paths.default_voice_dir()]
     for folder in dirs:
         ensure_default_voice(folder)
@@ -113,6 +114,8 @@ def _output_folder(out: Path) -> Path:
 
 
 def cmd_build_repo(args: argparse.Namespace) -> int:
+    from triton_tts.repository import build_repository
+
     _output_folder(args.out)
     build_repository(_voice_dirs(args), args.out, build_options(args))
     return 0
@@ -154,6 +157,7 @@ def cmd_export_piper(args: argparse.Namespace) -> int:
 def _frontend_voice(args: argparse.Namespace) -> Voice | None:
     """The voice of --voice (a folder, or a voice's name in the voices folder), or the
     default voice's; None when --language is given instead."""
+    from triton_tts.repository import ensure_default_voice
     from triton_tts.voice import Voice
 
     if args.language:
@@ -200,12 +204,15 @@ def _stop_on_signal(signum: int, frame: object) -> None:
 def cmd_export_int8(args: argparse.Namespace) -> int:
     from triton_tts.export import quantize
     from triton_tts.intelligibility import gate_thresholds
+    from triton_tts.repository import ensure_default_voice
 
     quantize.run(ensure_default_voice(args.voice), args.out, gate_thresholds(args), tuple(args.stages))
     return 0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from triton_tts.repository import build_repository
+
     # Ctrl-C, `kill` and Kubernetes all stop the server the same way: Triton drains
     # in-flight requests, then exits. Installed explicitly, since a shell may start us
     # with SIGINT ignored (background jobs), and SIGTERM would otherwise orphan Triton.

@@ -29,7 +29,7 @@ The modules, each importing only the ones above it:
 
 Export uses torch's legacy TorchScript-based exporter at opset 17. Random-weight
 checkpoints and Coqui's own inference, which the tests compare the exports against, are
-test helpers: :mod:`triton_tts.testing`.
+test helpers: :mod:`testkit`.
 
 This file imports nothing, so that ``triton_tts.export.coqui.arguments`` stays free of
 torch and coqui-tts (export-only dependencies).

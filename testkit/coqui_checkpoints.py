@@ -10,7 +10,7 @@ loads the result like any downloaded model.
 ``size="tiny"`` is for tests (seconds to build, export and run); ``size="full"`` keeps
 Coqui's default layer sizes, for benchmarks where the cost per second of audio matters.
 
-    python -m triton_tts.testing.coqui_checkpoints vits --out build/vits-random --speakers 2
+    python -m testkit.coqui_checkpoints vits --out build/vits-random --speakers 2
 """
 
 from __future__ import annotations

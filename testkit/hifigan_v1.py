@@ -18,7 +18,7 @@ The input is V1's mel spectrogram (:func:`mel`): magnitude STFT (1024 FFT, 1024 
 window, hop 256, the signal reflect-padded by 384 each side and no centring), 80 Slaney
 mel bands from 0 to 8,000 Hz, natural log clamped at 1e-5.
 
-    python -m triton_tts.testing.hifigan_v1 --out build/hifigan-v1   # checkpoint + vocoder.onnx
+    python -m testkit.hifigan_v1 --out build/hifigan-v1   # checkpoint + vocoder.onnx
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from triton_tts.testing.coqui_checkpoints import Checkpoint
+from testkit.coqui_checkpoints import Checkpoint
 
 GENERATORS = ("LJSpeech", "universal")
 SAMPLE_RATE = 22_050
