@@ -16,8 +16,9 @@ from tritonclient.grpc import MAX_GRPC_MESSAGE_SIZE
 
 from triton_tts.client.auth import Protocol
 from triton_tts.client.core import STREAM_END_WAIT_S, ClientCore, _chunk, _needs_grpc, _result
-from triton_tts.client.datatypes import AudioChunk, SynthesisOptions, SynthesisResult, VoiceInfo
+from triton_tts.client.datatypes import AudioChunk, SynthesisOptions, SynthesisResult
 from triton_tts.client.errors import ServerBusy, _stream_error
+from triton_tts.client.voices import VoiceInfo
 
 
 async def _stream_ends(responses: Any) -> bool:

@@ -8,7 +8,6 @@ AsyncTTSClient only make the calls, blocking or awaited, and sleep their own way
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from typing import Any
@@ -17,9 +16,10 @@ import numpy as np
 import numpy.typing as npt
 
 from triton_tts.client.auth import Protocol, auth_headers, env_api_key
-from triton_tts.client.datatypes import AudioChunk, SynthesisOptions, SynthesisResult, VoiceInfo
+from triton_tts.client.datatypes import AudioChunk, SynthesisOptions, SynthesisResult
 from triton_tts.client.errors import _server_errors
 from triton_tts.client.retry import DEFAULT_RETRY, Retries, RetryPolicy
+from triton_tts.client.voices import VoiceInfo
 
 DEFAULT_URLS: dict[str, str] = {"http": "localhost:8000", "grpc": "localhost:8001"}
 DEFAULT_MODEL = "tts"
@@ -83,12 +83,7 @@ def _chunk(result: Any) -> AudioChunk:
 
 def _voices(config: dict[str, Any]) -> list[VoiceInfo]:
     """Every voice the ``tts`` model's config names, the default first."""
-    return [
-        VoiceInfo(
-            name=v["name"], language=v["language"], sample_rate=int(v["sample_rate"]), speakers=v["speakers"]
-        )
-        for v in json.loads(_string_parameters(config)["voices"])
-    ]
+    return VoiceInfo.list_from_json(_string_parameters(config)["voices"])
 
 
 def _needs_grpc(protocol: str) -> None:

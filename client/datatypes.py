@@ -1,4 +1,5 @@
-"""What a caller passes and gets back: the ``tts`` model's options, the audio, the voices."""
+"""What a caller passes and gets back: the ``tts`` model's options and the audio (the
+voices: triton_tts.client.voices)."""
 
 from __future__ import annotations
 
@@ -49,11 +50,3 @@ class AudioChunk:
     audio: npt.NDArray[np.float32]
     sample_rate: int
     is_last: bool
-
-
-@dataclass(frozen=True)
-class VoiceInfo:
-    name: str
-    language: str
-    sample_rate: int
-    speakers: dict[str, int]

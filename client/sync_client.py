@@ -14,8 +14,9 @@ import tritonclient.http as httpclient
 
 from triton_tts.client.auth import Protocol
 from triton_tts.client.core import STREAM_END_WAIT_S, ClientCore, _chunk, _needs_grpc, _result
-from triton_tts.client.datatypes import AudioChunk, SynthesisOptions, SynthesisResult, VoiceInfo
+from triton_tts.client.datatypes import AudioChunk, SynthesisOptions, SynthesisResult
 from triton_tts.client.errors import ServerBusy, TimedOut, TTSError, _stream_error
+from triton_tts.client.voices import VoiceInfo
 
 
 class TTSClient(ClientCore):

@@ -17,8 +17,9 @@ a stream only before its first chunk).
 
 This module is the library's one import for callers; the code lives by concern beside
 it: ``auth`` (the API key), ``errors`` (error types, Triton's errors mapped to them),
-``retry``, ``datatypes`` (options and results), ``core`` (what the two clients share:
-requests, answers, retries) and ``sync_client`` / ``async_client`` (their I/O).
+``retry``, ``datatypes`` (options and results), ``voices`` (what a server serves),
+``core`` (what the two clients share: requests, answers, retries) and ``sync_client`` /
+``async_client`` (their I/O).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from triton_tts.client.core import (
     _voices,
     build_inputs,
 )
-from triton_tts.client.datatypes import AudioChunk, SynthesisOptions, SynthesisResult, VoiceInfo
+from triton_tts.client.datatypes import AudioChunk, SynthesisOptions, SynthesisResult
 from triton_tts.client.errors import (
     BUSY_MESSAGES,
     QUEUE_TIMEOUT,
@@ -68,6 +69,7 @@ from triton_tts.client.errors import (
 )
 from triton_tts.client.retry import NO_RETRIES, RetryPolicy, _gave_up
 from triton_tts.client.sync_client import TTSClient
+from triton_tts.client.voices import VoiceInfo
 
 _Settings = ClientCore  # the core's name when it held only the settings
 

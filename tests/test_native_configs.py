@@ -40,6 +40,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from tests.helpers import DETERMINISTIC, dims_compatible, export_random_coqui_voice
 from triton_tts.batching import FRAME_MULTIPLE
+from triton_tts.client.voices import VoiceInfo
 from triton_tts.export import tensorrt
 from triton_tts.model_configs import GPU_VARIANTS, VOICE_SEPARATOR, parse
 from triton_tts.onnx_session import cpu_session
@@ -136,7 +137,7 @@ def load_config(repo: Path, model: str, variant: str) -> mc.ModelConfig:
 
 
 @dataclass(frozen=True)
-class ServedVoice:
+class VoiceUnderTest:
     name: str
     ensemble: mc.ModelConfig  # the voice's tts_chunk
     models: dict[str, str]  # stage -> model name in the repository
@@ -144,15 +145,15 @@ class ServedVoice:
 
 
 @pytest.fixture(params=VOICES)
-def served(request: pytest.FixtureRequest, repository: Path) -> ServedVoice:
+def served(request: pytest.FixtureRequest, repository: Path) -> VoiceUnderTest:
     listed = load_config(repository, "tts", "cpu").parameters["voices"].string_value
-    voices = {v["name"]: v["model"] for v in json.loads(listed)}
+    voices = {v.name: v.model for v in VoiceInfo.list_from_json(listed)}
     if request.param not in voices:
         pytest.skip("the Coqui test voices need the export extra (torch, coqui-tts)")
     ensemble = load_config(repository, voices[request.param], "cpu")
     models = {s.model_name.split(VOICE_SEPARATOR)[0]: s.model_name for s in ensemble.ensemble_scheduling.step}
     voice = Voice.load(repository / models["preprocess"] / "1")
-    return ServedVoice(request.param, ensemble, models, voice)
+    return VoiceUnderTest(request.param, ensemble, models, voice)
 
 
 # --- 1. the configs against the graphs ---------------------------------------------------
@@ -197,7 +198,7 @@ def check_against_graph(
 
 
 @pytest.mark.parametrize("variant", GPU_VARIANTS)
-def test_native_configs_match_their_graphs(repository: Path, served: ServedVoice, variant: str) -> None:
+def test_native_configs_match_their_graphs(repository: Path, served: VoiceUnderTest, variant: str) -> None:
     consumed = {s.model_name: set(s.output_map) for s in served.ensemble.ensemble_scheduling.step}
     engines = {
         path.parent.parent.name: profile
@@ -466,7 +467,7 @@ class Pipeline:
     stages: dict[str, Stage] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, repo: Path, served: ServedVoice, variant: str) -> Pipeline:
+    def load(cls, repo: Path, served: VoiceUnderTest, variant: str) -> Pipeline:
         pipeline = cls(served.ensemble)
         for step in served.ensemble.ensemble_scheduling.step:
             config = load_config(repo, step.model_name, variant)
@@ -509,7 +510,7 @@ def frames(tensors: Tensors) -> int:
     return int(tensors["frame_count"].reshape(-1)[0])
 
 
-def test_native_batches_equal_solo_runs(repository: Path, served: ServedVoice) -> None:
+def test_native_batches_equal_solo_runs(repository: Path, served: VoiceUnderTest) -> None:
     native = Pipeline.load(repository, served, "gpu")
     requests = sample_requests(served.voice)
     batched = native.run(requests)

@@ -34,6 +34,7 @@ import triton_python_backend_utils as pb_utils
 from triton_tts import internal
 from triton_tts.admission import Refused, chunk_priority
 from triton_tts.chunking import ChunkPlan, halves, join_edges, split_text
+from triton_tts.client.voices import VoiceInfo
 from triton_tts.config_parameters import string_parameters
 from triton_tts.errors import RequestErrors
 from triton_tts.limits import TOO_LONG, ChunkLimits, chunk_scale
@@ -106,7 +107,7 @@ class LongTextRequest:
     model: str  # the chosen voice's ensemble
     voice: str  # the chosen voice's name
     characters: int  # of the decoded TEXT, before normalisation (for metrics)
-    says_something: Callable[[str], bool] = pronounceable  # the voice's ServedVoice.pronounceable
+    says_something: Callable[[str], bool] = pronounceable  # validation.pronounceable for the voice
     caller: str = ""  # the request's "caller" parameter (the gateway names API keys' callers)
     audio_s: float = 0.0  # predicted audio of all chunks (admission)
     first_audio_s: float = 0.0  # of the first chunk
@@ -115,47 +116,10 @@ class LongTextRequest:
 CHINESE_CHARS_SCALE = 0.25  # 400 -> 100 characters, about 20 s of Mandarin
 
 
-@dataclass(frozen=True)
-class ServedVoice:
-    """A voice and its ``tts_chunk`` ensemble, as the long-text models' parameters say."""
-
-    name: str
-    num_speakers: int
-    model: str
-    limits: ChunkLimits
-    language: str = "en-us"  # picks the normaliser (triton_tts/text/frontend.py)
-    tokens: str = "phonemes"  # what its ids are made of (triton_tts/voice.py)
-
-    def pronounceable(self, text: str) -> bool:
-        """Whether a (normalised) text has anything this voice can say: a letter or digit,
-        or for a voice trained on Chinese only (pinyin-baker), a Chinese character."""
-        if self.tokens == PINYIN_BAKER:
-            return has_han(text)
-        return pronounceable(text)
-
-    def normalise(self, text: str) -> str:
-        return frontend_for(self.language).normalise(text)
-
-    @property
-    def chars_scale(self) -> float:
-        """Chunk sizes are set in characters of English prose; a Chinese character says
-        about as much as four of them (a syllable; Mandarin reads 4-6 a second)."""
-        return CHINESE_CHARS_SCALE if is_chinese(self.language) else 1.0
-
-    @classmethod
-    def all_from_parameters(cls, params: dict[str, str]) -> list[ServedVoice]:
-        """Every voice served, the default first (see model_configs.VoiceModels)."""
-        return [
-            cls(
-                v["name"],
-                max(1, len(v["speakers"])),
-                v["model"],
-                ChunkLimits.from_json(json.dumps(v["chunk_limits"])),
-                v.get("language", "en-us"),
-                v.get("tokens", "phonemes"),
-            )
-            for v in json.loads(params["voices"])
-        ]
+def chars_scale(voice: VoiceInfo) -> float:
+    """Chunk sizes are set in characters of English prose; a Chinese character says
+    about as much as four of them (a syllable; Mandarin reads 4-6 a second)."""
+    return CHINESE_CHARS_SCALE if is_chinese(voice.language) else 1.0
 
 
 @dataclass(frozen=True)
@@ -164,21 +128,23 @@ class LongTextSettings:
 
     plan: ChunkPlan
     chunks_in_flight: int
-    voices: list[ServedVoice]  # the default first
+    voices: list[VoiceInfo]  # the default first, as the voices parameter says
+    limits: dict[str, ChunkLimits]  # voice name -> its chunk budget
     threads: int
 
     @property
     def speakers(self) -> dict[str, int]:
         """Voice name -> number of speakers, the default first (what read_options checks)."""
-        return {v.name: v.num_speakers for v in self.voices}
+        return {v.name: max(1, len(v.speakers)) for v in self.voices}
 
-    def voice(self, name: str) -> ServedVoice:
+    def voice(self, name: str) -> VoiceInfo:
         """A served voice by name (read_options has checked it)."""
         return next(v for v in self.voices if v.name == name)
 
     @classmethod
     def from_model_config(cls, config: dict[str, Any]) -> LongTextSettings:
         params = string_parameters(config)
+        voices = VoiceInfo.list_from_json(params["voices"])
         return cls(
             plan=ChunkPlan(
                 int(params["first_chunk_chars"]),
@@ -186,7 +152,8 @@ class LongTextSettings:
                 int(params.get("chunk_growth", "0")),
             ),
             chunks_in_flight=int(params["chunks_in_flight"]),
-            voices=ServedVoice.all_from_parameters(params),
+            voices=voices,
+            limits={v.name: ChunkLimits.from_json(json.dumps(v.chunk_limits)) for v in voices},
             threads=int(params["bls_threads"]),
         )
 
@@ -200,19 +167,26 @@ def read_request(
     text = read_text(request, MAX_LONG_TEXT_CHARS)
     options = read_options(request, settings.speakers)
     voice = settings.voice(options.voice)
-    spoken = voice.normalise(text) if options.normalize else text
-    if not voice.pronounceable(spoken):
+    limits = settings.limits[voice.name]
+
+    def says_something(piece: str) -> bool:
+        """A letter or digit, or for a voice trained on Chinese only (pinyin-baker), a
+        Chinese character."""
+        return has_han(piece) if voice.tokens == PINYIN_BAKER else pronounceable(piece)
+
+    spoken = frontend_for(voice.language).normalise(text) if options.normalize else text
+    if not says_something(spoken):
         raise NothingToSay()
-    plan = settings.plan.scaled(voice.chars_scale * chunk_scale(voice.limits, options.speed, options.noise_w))
+    plan = settings.plan.scaled(chars_scale(voice) * chunk_scale(limits, options.speed, options.noise_w))
     plan = plan.first_shorter(first_scale)
-    chunks = [chunk for chunk in split_text(spoken, plan) if voice.pronounceable(chunk)]
+    chunks = [chunk for chunk in split_text(spoken, plan) if says_something(chunk)]
     extras = [
         t for name in CHUNK_OPTIONS if (t := pb_utils.get_input_tensor_by_name(request, name)) is not None
     ]
     extras.append(pb_utils.Tensor("NORMALIZE", np.array([[False]], dtype=np.bool_)))
 
     def audio_s(texts: list[str]) -> float:
-        return voice.limits.audio_seconds(sum(len(t) for t in texts), options.speed, options.noise_w)
+        return limits.audio_seconds(sum(len(t) for t in texts), options.speed, options.noise_w)
 
     return LongTextRequest(
         request_id,
@@ -221,7 +195,7 @@ def read_request(
         voice.model,
         voice.name,
         len(text),
-        voice.pronounceable,
+        says_something,
         caller=read_caller(request),
         audio_s=audio_s(chunks),
         first_audio_s=audio_s(chunks[:1]),

@@ -13,53 +13,47 @@ import json
 from dataclasses import Field, dataclass, field, fields
 from typing import Any, TypeVar
 
+from triton_tts.client.voices import CHUNK_MODEL, VoiceInfo
 from triton_tts.limits import MAX_CHUNK_IDS, ChunkLimits
 
 _T = TypeVar("_T")
 
-VOICE_SEPARATOR = "__"
-CHUNK_MODEL = "tts_chunk"
 # The default voice's (joe's) chunk budget as triton_tts/limits.py measures it; a build
 # measures every voice it serves.
 DEFAULT_CHUNK_LIMITS = ChunkLimits(
     MAX_CHUNK_IDS, 4160, ((0.0, 3.716), (1.0, 3.951), (2.0, 15.506)), seconds_per_char=0.0729
 ).to_json()
+DEFAULT_VOICE = VoiceInfo("joe", "en-us", 22050, {}, chunk_limits=json.loads(DEFAULT_CHUNK_LIMITS))
 
 
 @dataclass(frozen=True)
 class VoiceModels:
-    """One voice's models in the repository: what their configs need to know of it."""
+    """One voice's models in the repository: the voice as it is served (what the tts
+    models' voices JSON says of it) and what its stages' configs need beyond that."""
 
-    name: str = "joe"
-    default: bool = True  # the default voice keeps the plain model names
-    language: str = "en-us"
-    tokens: str = "phonemes"  # what the voice's ids are made of (triton_tts/voice.py)
-    sample_rate: int = 22050
-    speakers: str = "{}"  # JSON: speaker name -> id
+    served: VoiceInfo = DEFAULT_VOICE
     latent_channels: int = 192
     acoustic_speaker: bool = False  # acoustic model takes SPEAKER_ID
     vocoder_speaker: bool = False  # vocoder takes SPEAKER_ID (multi-speaker VITS)
     native_acoustic: bool = True  # False: the acoustic stage runs in Python (Tacotron2, batch 1)
     max_items: int = 0  # the voice's graphs run at most this many items at once (0: any)
-    chunk_limits: str = DEFAULT_CHUNK_LIMITS  # JSON of limits.ChunkLimits
+
+    @property
+    def default(self) -> bool:
+        """The default voice keeps the plain model names."""
+        return self.served.model == CHUNK_MODEL
 
     def model(self, stage: str) -> str:
-        return stage if self.default else f"{stage}{VOICE_SEPARATOR}{self.name}"
+        return self.served.stage_model(stage)
+
+    @property
+    def chunk_limits(self) -> str:
+        """The voice's chunk budget as the stages' configs carry it (limits.ChunkLimits' JSON)."""
+        return json.dumps(self.served.chunk_limits, sort_keys=True)
 
     def items_per_run(self, option: int) -> int:
         """A stage's items per run: the build option, within what the voice's graphs take."""
         return min(option, self.max_items) if self.max_items > 0 else option
-
-    def summary(self) -> dict[str, object]:
-        return {
-            "name": self.name,
-            "language": self.language,
-            "tokens": self.tokens,
-            "sample_rate": self.sample_rate,
-            "speakers": json.loads(self.speakers),
-            "model": self.model(CHUNK_MODEL),
-            "chunk_limits": json.loads(self.chunk_limits),
-        }
 
 
 THREADS = r"^(auto|[1-9][0-9]*)$"  # intra-op threads: a count, or "auto"

@@ -28,7 +28,6 @@ serve every voice and pick the ensemble from the request's VOICE input.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from google.protobuf import text_format
@@ -37,15 +36,14 @@ from tritonclient.grpc import model_config_pb2 as mc
 from triton_tts.admission import DEFAULT_PRIORITY, FIRST_CHUNK_PRIORITY
 from triton_tts.batching import FRAME_MULTIPLE
 from triton_tts.build_options import (
-    CHUNK_MODEL,
     DEFAULT_CHUNK_LIMITS,
     THREADS,
-    VOICE_SEPARATOR,
     BuildOptions,
     VoiceModels,
     build_option_fields,
 )
 from triton_tts.chunking import FIRST_CHUNK_CHARS
+from triton_tts.client.voices import CHUNK_MODEL, VOICE_SEPARATOR, VoiceInfo
 
 # The build options are declared in triton_tts/build_options.py; they are importable from
 # here too, beside the configs they render into.
@@ -390,7 +388,7 @@ def _long_text(name: str, opts: BuildOptions, streaming: bool) -> mc.ModelConfig
         max_streams=str(opts.max_streams),
         lead_ms=str(opts.stream_lead_ms if streaming else 0),
         # Every voice served, the default first.
-        voices=json.dumps([v.summary() for v in opts.voices], ensure_ascii=False),
+        voices=VoiceInfo.list_to_json([v.served for v in opts.voices]),
     )
     if streaming:
         _params(

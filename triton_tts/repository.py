@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from triton_tts import model_configs, paths
+from triton_tts.client.voices import VoiceInfo, chunk_model
 from triton_tts.limits import calibrate
 from triton_tts.model_configs import (
     CHUNK_MODEL,
@@ -93,13 +94,17 @@ def write_warmup_data(repo: Path, voice: Voice, models: VoiceModels) -> None:
 def voice_models(voice: Voice, voice_dir: Path, default: bool) -> VoiceModels:
     """What the configs need to know about one voice they serve."""
     acoustic_inputs = graph_inputs(voice_dir / ACOUSTIC_FILE) if voice.acoustic_kind == "single" else set()
-    return VoiceModels(
+    served = VoiceInfo(
         name=voice.name,
-        default=default,
         language=voice.phonemizer_language,
-        tokens=voice.tokens,
         sample_rate=voice.sample_rate,
-        speakers=json.dumps(voice.speakers, sort_keys=True),
+        speakers=voice.speakers,
+        tokens=voice.tokens,
+        model=chunk_model(voice.name, default),
+        chunk_limits=json.loads(calibrate(voice_dir).to_json()),
+    )
+    return VoiceModels(
+        served=served,
         latent_channels=voice.latent_channels,
         acoustic_speaker="SPEAKER_ID" in acoustic_inputs
         or (voice.acoustic_kind != "single" and voice.num_speakers > 1),
@@ -108,7 +113,6 @@ def voice_models(voice: Voice, voice_dir: Path, default: bool) -> VoiceModels:
         # stage in Python on GPU nodes too: native backends pad ids to length buckets.
         native_acoustic=voice.acoustic_kind == "single" and voice.max_items_per_run != 1,
         max_items=voice.max_items_per_run,
-        chunk_limits=calibrate(voice_dir).to_json(),
     )
 
 

@@ -323,11 +323,10 @@ class TritonServer:
     def _measure_capacity(self) -> None:
         """Each voice's capacity, measured now that the server is warm, into the ledger the
         models admit by (triton_tts/admission.py); a server with no tts model has none."""
-        import json as json_module
-
         import tritonclient.http as httpclient
 
         from triton_tts.admission import Ledger, measure_capacity
+        from triton_tts.client.voices import VoiceInfo
         from triton_tts.text.frontend import is_chinese
 
         client = httpclient.InferenceServerClient(self.http_url)
@@ -337,12 +336,14 @@ class TritonServer:
             params = client.get_model_config("tts", headers=self.headers()).get("parameters", {})
         finally:
             client.close()
-        served = json_module.loads(params["voices"]["string_value"])
-        voices = {}
-        for v in served:
-            chunk = v["model"]
-            models = [chunk.replace("tts_chunk", stage, 1) for stage in ("preprocess", "acoustic", "vocoder")]
-            voices[v["name"]] = (chunk, is_chinese(v.get("language", "")), models)
+        voices = {
+            v.name: (
+                v.model,
+                is_chinese(v.language),
+                [v.stage_model(s) for s in ("preprocess", "acoustic", "vocoder")],
+            )
+            for v in VoiceInfo.list_from_json(params["voices"]["string_value"])
+        }
         self.capacity = measure_capacity(
             self.grpc_url, voices, headers=self.headers("grpc"), parameters=self.internal_parameters()
         )
