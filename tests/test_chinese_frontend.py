@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from triton_tts.cli import main
-from triton_tts.text.chinese import normalise_chinese, pinyin
+from triton_tts.text.chinese import normalize_chinese, pinyin
 from triton_tts.text.frontend import frontend_for, is_chinese
 from triton_tts.text.normalize import normalize_english
 from triton_tts.voice import Voice
@@ -90,8 +90,8 @@ NORMALISED = [
 
 
 @pytest.mark.parametrize(("text", "expected"), NORMALISED)
-def test_normalisation(text: str, expected: str) -> None:
-    assert normalise_chinese(text) == expected
+def test_normalization(text: str, expected: str) -> None:
+    assert normalize_chinese(text) == expected
 
 
 PINYIN = [
@@ -175,16 +175,16 @@ def test_tone_marks() -> None:
 
 def test_numbers_read_end_to_end() -> None:
     """Normalised, then read: the 两 of a measure word, the 幺 of a phone number."""
-    assert pinyin(normalise_chinese("2个")) == ["liang3", "ge4"]
-    assert " ".join(pinyin(normalise_chinese("电话110"))) == "dian4 hua4 yao1 yao1 ling2"
-    assert " ".join(pinyin(normalise_chinese("第1名"))) == "di4 yi1 ming2"
+    assert pinyin(normalize_chinese("2个")) == ["liang3", "ge4"]
+    assert " ".join(pinyin(normalize_chinese("电话110"))) == "dian4 hua4 yao1 yao1 ling2"
+    assert " ".join(pinyin(normalize_chinese("第1名"))) == "di4 yi1 ming2"
 
 
 @pytest.mark.parametrize(
     "text", ["", "   ", "%%%", "-", "$", "¥", "1/0", "99:99", "2024-13-45", "9" * 400, "😀" * 50]
 )
 def test_never_raises(text: str) -> None:
-    pinyin(normalise_chinese(text))
+    pinyin(normalize_chinese(text))
 
 
 def test_never_raises_on_random_mixtures() -> None:
@@ -194,14 +194,14 @@ def test_never_raises_on_random_mixtures() -> None:
     alphabet = "0123456789.,-/:%¥$~年月日第个 km²℃一不你好，。😀aZ"
     for _ in range(2000):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 25)))
-        normalised = normalise_chinese(text)
-        assert not any(ch in "0123456789" for ch in normalised), (text, normalised)  # all read
-        assert all(pinyin(normalised)), text
+        normalized = normalize_chinese(text)
+        assert not any(ch in "0123456789" for ch in normalized), (text, normalized)  # all read
+        assert all(pinyin(normalized)), text
 
 
 def test_impossible_dates_and_times_are_not_read_as_dates() -> None:
-    assert "月" not in normalise_chinese("2024-13-45")
-    assert "点" not in normalise_chinese("25:61")
+    assert "月" not in normalize_chinese("2024-13-45")
+    assert "点" not in normalize_chinese("25:61")
 
 
 @pytest.mark.parametrize(
@@ -210,8 +210,8 @@ def test_impossible_dates_and_times_are_not_read_as_dates() -> None:
 )
 def test_the_language_chooses_the_front_end(language: str, chinese: bool) -> None:
     assert is_chinese(language) is chinese
-    expected = normalise_chinese if chinese else normalize_english
-    assert frontend_for(language).normalise is expected
+    expected = normalize_chinese if chinese else normalize_english
+    assert frontend_for(language).normalize is expected
 
 
 def test_chinese_pronunciation_reads_latin_words_with_english_phonemes() -> None:
@@ -321,7 +321,7 @@ BAKER_SYLLABLES = {
 def test_baker_symbols(text: str, expected: str) -> None:
     from triton_tts.text.chinese import baker_symbols
 
-    assert " ".join(baker_symbols(pinyin(normalise_chinese(text)), BAKER_SYLLABLES)) == expected
+    assert " ".join(baker_symbols(pinyin(normalize_chinese(text)), BAKER_SYLLABLES)) == expected
 
 
 def test_a_syllable_the_voice_lacks_says_nothing() -> None:

@@ -150,7 +150,7 @@ def test_cjk_punctuation(text: str, plan: ChunkPlan, expected: list[str]) -> Non
     assert split_text(text, plan) == expected
 
 
-def test_cjk_punctuation_after_the_normaliser() -> None:
+def test_cjk_punctuation_after_the_normalizer() -> None:
     """The server normalises first, and NFKC turns ！？，；： into ASCII marks with no space
     after them: they still end sentences and clauses there."""
     spoken = normalize_english("今天天气很好！我们去公园吧？")

@@ -199,7 +199,7 @@ def test_glow_noise_is_per_item(checkpoints: dict[str, coqui_checkpoints.Checkpo
     assert (noisy[1] - quiet[1]).abs().max() > 1e-2
 
 
-def test_renormalisation_is_exercised(checkpoints: dict[str, coqui_checkpoints.Checkpoint]) -> None:
+def test_renormalization_is_exercised(checkpoints: dict[str, coqui_checkpoints.Checkpoint]) -> None:
     """With the renorm vocoder the conversion is a real one, and skipping it would be far
     outside the parity tolerance (the parity test above then checks it)."""
     loaded = _load(checkpoints, "fast_pitch", "hifigan_renorm")

@@ -167,7 +167,7 @@ def piper(engine: str, texts: list[str]) -> list[PiperIds]:
 
 
 def served_ids(
-    http: httpclient.InferenceServerClient, texts: list[str], normalise: bool, inside: dict[str, str]
+    http: httpclient.InferenceServerClient, texts: list[str], normalize: bool, inside: dict[str, str]
 ) -> list[list[int]]:
     """The ids the server's preprocess model computes, as the ensembles receive them."""
 
@@ -175,7 +175,7 @@ def served_ids(
     for start in range(0, len(texts), IN_FLIGHT):
         pending = [
             http.async_infer(
-                "preprocess", tts_inputs(httpclient, text, NORMALIZE=normalise), parameters=inside
+                "preprocess", tts_inputs(httpclient, text, NORMALIZE=normalize), parameters=inside
             )
             for text in texts[start : start + IN_FLIGHT]
         ]
@@ -187,7 +187,7 @@ def served_ids(
     return served
 
 
-def normalised_with_categories(text: str) -> tuple[str, set[str]]:
+def normalized_with_categories(text: str) -> tuple[str, set[str]]:
     """normalize_english(text), step by step: the text and the categories whose step
     changed it. Checked against normalize_english itself, so it cannot drift from it."""
     steps = {getattr(normalize, name): category for name, category in STEP_CATEGORIES.items()}
@@ -218,7 +218,7 @@ def texts() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def normalised(texts: list[str]) -> list[str]:
+def normalized(texts: list[str]) -> list[str]:
     return [normalize_english(t) for t in texts]
 
 
@@ -232,7 +232,7 @@ def _differences(
     ]
 
 
-def test_every_normaliser_step_has_an_explained_category() -> None:
+def test_every_normalizer_step_has_an_explained_category() -> None:
     steps = {getattr(normalize, name) for name in STEP_CATEGORIES}
     assert {rewrite.pattern for rewrite in normalize._REWRITES} == steps
     assert set(STEP_CATEGORIES.values()) | {"characters"} == set(CATEGORIES)
@@ -244,20 +244,20 @@ def test_corpus_is_a_few_hundred_varied_sentences(texts: list[str]) -> None:
     assert len(sections) >= 15
 
 
-def test_normalised_text_gives_piper_phonemizers_ids(
+def test_normalized_text_gives_piper_phonemizers_ids(
     server: TritonServer,
     http: httpclient.InferenceServerClient,
     joe: Voice,
     phonemizer: EspeakPhonemizer,
-    normalised: list[str],
+    normalized: list[str],
 ) -> None:
     """(b) Our normalised text through our phonemizer and the voice's map, served, equals
     piper-phonemize's ids on the same text, for every sentence."""
-    served = served_ids(http, normalised, normalise=False, inside=server.internal_parameters())
-    reference = piper(TRAINED_WITH, normalised)
-    ours = phonemizer.symbols(normalised, joe.tokens)
+    served = served_ids(http, normalized, normalize=False, inside=server.internal_parameters())
+    reference = piper(TRAINED_WITH, normalized)
+    ours = phonemizer.symbols(normalized, joe.tokens)
     assert served == [joe.phonemes_to_ids(p) for p in ours]  # the server runs this code
-    differences = _differences(normalised, ours, reference, served)
+    differences = _differences(normalized, ours, reference, served)
     assert not differences, "\n".join(differences)
     several = sum(r.sentences > 1 for r in reference)
     assert 0 < several < len(reference) // 4  # mostly one sentence: Piper's own framing
@@ -273,14 +273,14 @@ def test_raw_text_differs_only_by_named_reading_choices(
     """(a) Raw text through both whole front-ends: every difference comes from one of our
     normaliser's steps (a category of CATEGORIES), and giving Piper our normalised text
     removes it."""
-    served = served_ids(http, texts, normalise=True, inside=server.internal_parameters())
+    served = served_ids(http, texts, normalize=True, inside=server.internal_parameters())
     reference = piper(TRAINED_WITH, texts)
     counts: Counter[str] = Counter()
     unexplained = []
     for text, ids, theirs in zip(texts, served, reference, strict=True):
         if ids == theirs.ids:
             continue
-        spoken, categories = normalised_with_categories(text)
+        spoken, categories = normalized_with_categories(text)
         ours = phonemizer.symbols([spoken], joe.tokens)[0]
         if not categories or joe.phonemes_to_ids(ours) != ids:
             unexplained.append(f"{text!r} -> {spoken!r}\n  ours : {ours}\n  piper: {theirs.phonemes}")
@@ -294,16 +294,16 @@ def test_raw_text_differs_only_by_named_reading_choices(
 
 
 def test_piper_tts_differs_only_where_piper_releases_disagree(
-    joe: Voice, phonemizer: EspeakPhonemizer, normalised: list[str]
+    joe: Voice, phonemizer: EspeakPhonemizer, normalized: list[str]
 ) -> None:
     """piper-tts 1.8.0's espeak-ng (2025) reads some English otherwise than the one the
     voice was trained with: wherever its ids differ from ours, piper-phonemize's equal
     ours, and the difference is inside words, never punctuation."""
-    released = piper(RELEASED, normalised)
-    trained = piper(TRAINED_WITH, normalised)
-    ours = phonemizer.symbols(normalised, joe.tokens)
+    released = piper(RELEASED, normalized)
+    trained = piper(TRAINED_WITH, normalized)
+    ours = phonemizer.symbols(normalized, joe.tokens)
     drift = 0
-    for text, mine, new, old in zip(normalised, ours, released, trained, strict=True):
+    for text, mine, new, old in zip(normalized, ours, released, trained, strict=True):
         ids = joe.phonemes_to_ids(mine)
         if ids == new.ids:
             continue
@@ -334,9 +334,9 @@ def test_espeak_builds_differ_in_stress_only(joe: Voice, phonemizer: EspeakPhone
 
 
 def test_piper_convention_is_safe_under_concurrent_callers(
-    joe: Voice, phonemizer: EspeakPhonemizer, normalised: list[str]
+    joe: Voice, phonemizer: EspeakPhonemizer, normalized: list[str]
 ) -> None:
-    texts = normalised[:40]
+    texts = normalized[:40]
     expected = phonemizer.symbols(texts, joe.tokens)
     with ThreadPoolExecutor(8) as pool:
         results = list(pool.map(lambda t: phonemizer.symbols([t], joe.tokens)[0], texts * 4))

@@ -26,7 +26,7 @@ from triton_tts import paths
 from triton_tts.chunking import FIRST_CHUNK_CHARS, ChunkPlan, cut_word, halves, split_text
 from triton_tts.model_configs import BuildOptions
 from triton_tts.server import TritonServer, default_voice_server
-from triton_tts.text.chinese import normalise_chinese, pinyin
+from triton_tts.text.chinese import normalize_chinese, pinyin
 from triton_tts.text.english_numbers import MAX_SPOKEN_DIGITS
 from triton_tts.text.han import han_characters
 from triton_tts.text.normalize import normalize_english
@@ -106,7 +106,7 @@ def test_every_chunk_of_a_long_english_token_fits(token: str, before: str, plan:
 def test_every_chunk_of_unpunctuated_chinese_fits(
     run: str, number: str, context: str, plan: ChunkPlan
 ) -> None:
-    spoken = normalise_chinese(run + context.format(number) + run)
+    spoken = normalize_chinese(run + context.format(number) + run)
     chunks = assert_chunks_fit(spoken, plan)
     assert all(pinyin(chunk) for chunk in chunks)
 
@@ -205,12 +205,12 @@ def test_a_huge_english_number_is_read_digit_by_digit() -> None:
     ],
 )
 def test_a_chinese_number_past_cn2an_is_read_digit_by_digit(text: str, spoken: str) -> None:
-    assert normalise_chinese(text) == spoken
+    assert normalize_chinese(text) == spoken
 
 
 def test_a_yuan_amount_of_thousands_of_digits() -> None:
     """Python refuses int() of over 4,300 digits: the reading never converts one."""
-    assert normalise_chinese("¥" + "1" * 5000 + ".5") == "一" * 5000 + "元五角"
+    assert normalize_chinese("¥" + "1" * 5000 + ".5") == "一" * 5000 + "元五角"
 
 
 def test_anything_cn2an_raises_on_is_read_digit_by_digit(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -220,7 +220,7 @@ def test_anything_cn2an_raises_on_is_read_digit_by_digit(monkeypatch: pytest.Mon
         raise ValueError(f"cannot read {number}")
 
     monkeypatch.setattr(cn2an, "an2cn", refuse)
-    assert normalise_chinese("我有123个苹果，3.5元") == "我有一二三个苹果，三点五元"
+    assert normalize_chinese("我有123个苹果，3.5元") == "我有一二三个苹果，三点五元"
 
 
 # --- through a real tritonserver ------------------------------------------------------------------
@@ -308,7 +308,7 @@ def test_a_20_digit_chinese_number_and_a_long_han_run_are_said(zh_server: Triton
     text = f"价格是{CHINESE_NUMBER}元。"
     with httpclient.InferenceServerClient(zh_server.http_url, network_timeout=300) as client:
         audio, rate = speak(client, text, VOICE=BAKER, NOISE_SCALE=0.0)
-        characters = len(han_characters(normalise_chinese(text)))
+        characters = len(han_characters(normalize_chinese(text)))
         # Mandarin reads 4-6 characters a second (tests/test_mandarin_serving.py)
         assert 0.12 < seconds_per_character(audio, rate, characters) < 0.4
         run = "今天天气很好我们一起去公园散步顺便买一些水果回家" * 12  # 288 characters, no pause

@@ -91,7 +91,7 @@ def test_served_audio_matches_the_original_runtime(
     environment); the dropout is off on both sides (NOISE_SCALE 0), and the ids are our
     front-end's for the text, so that only the graphs and the serving path are compared."""
     reader = TextReader(Voice.load(baker_dir))
-    ids = reader.read([reader.normalise(SENTENCE)])[0].ids
+    ids = reader.read([reader.normalize(SENTENCE)])[0].ids
     reference_file = tmp_path / "reference.npy"
     subprocess.run(
         [str(EXPORT_PYTHON), str(ROOT / "export_scripts" / "mandarin.py"), "reference",

@@ -393,11 +393,11 @@ def test_unicode_and_whitespace(text: str, expected: str) -> None:
         "",
     ],
 )
-def test_text_without_anything_to_normalise_is_unchanged(text: str) -> None:
+def test_text_without_anything_to_normalize_is_unchanged(text: str) -> None:
     assert normalize_english(text) == text
 
 
-def test_text_without_anything_to_normalise_only_has_whitespace_collapsed() -> None:
+def test_text_without_anything_to_normalize_only_has_whitespace_collapsed() -> None:
     assert normalize_english("  Hello,\n\n  world!  ") == "Hello, world!"
 
 

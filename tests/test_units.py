@@ -19,7 +19,9 @@ from triton_tts.validation import (
     check_voice,
     decode_text,
     pronounceable,
+    reading_speaks,
 )
+from triton_tts.voice import PINYIN_BAKER
 
 
 def test_decode_text_cleans_and_rejects() -> None:
@@ -64,6 +66,15 @@ def test_nothing_to_say_is_its_own_refusal() -> None:
         assert not pronounceable(text), text
     for text in ("a", "7", "... then", "\u00e9t\u00e9", "\u65e5\u672c"):
         assert pronounceable(text), text
+
+
+def test_nothing_to_say_before_and_after_reading() -> None:
+    """A voice trained on Chinese only says nothing but Chinese characters; after reading,
+    only framing or phonemes of punctuation say nothing."""
+    assert pronounceable("\u4f60\u597d ok", PINYIN_BAKER) and not pronounceable("ok 42", PINYIN_BAKER)
+    assert reading_speaks("h\u0259l\u02c8o\u028a.", ids=9, framing=3)
+    assert not reading_speaks(". , !", ids=9, framing=3)  # espeak's punctuation only
+    assert not reading_speaks("abc", ids=3, framing=3)  # letters the voice has no symbols for
 
 
 def test_buckets_bound_padding() -> None:

@@ -41,10 +41,8 @@ from triton_tts.limits import TOO_LONG, ChunkLimits, chunk_scale
 from triton_tts.loopback import Loopback, LoopbackFailed, Unreachable
 from triton_tts.pacing import Pacer
 from triton_tts.request_options import read_options, read_text
-from triton_tts.text.frontend import frontend_for, is_chinese
-from triton_tts.text.han import has_han
+from triton_tts.text.frontend import is_chinese, normalizer
 from triton_tts.validation import MAX_LONG_TEXT_CHARS, InvalidRequest, NothingToSay, pronounceable
-from triton_tts.voice import PINYIN_BAKER
 
 # Inputs sent on with every chunk as the client sent them (VOICE chose the ensemble).
 CHUNK_OPTIONS = ("SPEED", "SPEAKER_ID", "NOISE_SCALE", "NOISE_W")
@@ -170,11 +168,9 @@ def read_request(
     limits = settings.limits[voice.name]
 
     def says_something(piece: str) -> bool:
-        """A letter or digit, or for a voice trained on Chinese only (pinyin-baker), a
-        Chinese character."""
-        return has_han(piece) if voice.tokens == PINYIN_BAKER else pronounceable(piece)
+        return pronounceable(piece, voice.tokens)
 
-    spoken = frontend_for(voice.language).normalise(text) if options.normalize else text
+    spoken = normalizer(voice.language)(text) if options.normalize else text
     if not says_something(spoken):
         raise NothingToSay()
     plan = settings.plan.scaled(chars_scale(voice) * chunk_scale(limits, options.speed, options.noise_w))

@@ -186,7 +186,7 @@ def cmd_frontend(args: argparse.Namespace) -> int:
         else frontend_for(voice.phonemizer_language, voice.tokens)
     )
     text = " ".join(args.text)
-    spoken = frontend.normalise(text)
+    spoken = frontend.normalize(text)
     print(f"language:      {frontend.language}")
     print(f"normalised:    {spoken}")
     print(f"pronunciation: {frontend.pronounce(spoken)}")

@@ -175,10 +175,10 @@ def hanzi(text: str) -> str:
     """The Chinese characters of a text as read aloud, in Simplified script (Whisper
     sometimes writes Traditional ones whatever its prompt) with numbers written out by
     the Chinese normaliser, as the voice reads them; nothing else."""
-    from triton_tts.text.chinese import normalise_chinese
+    from triton_tts.text.chinese import normalize_chinese
     from triton_tts.text.han import han_characters
 
-    return "".join(han_characters(normalise_chinese(_simplified().convert(text))))
+    return "".join(han_characters(normalize_chinese(_simplified().convert(text))))
 
 
 def mandarin_cer(references: Sequence[str], hypotheses: Sequence[str]) -> float:

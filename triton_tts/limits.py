@@ -207,7 +207,7 @@ def measure(voice: object, voice_dir: Path) -> tuple[list[tuple[float, int, int]
     assert isinstance(voice, Voice)
     reader = TextReader(voice)
     written = CALIBRATION_TEXTS_CHINESE if is_chinese(voice.phonemizer_language) else CALIBRATION_TEXTS
-    spoken = [reader.normalise(t) for t in written]
+    spoken = [reader.normalize(t) for t in written]
     readings = reader.read(spoken)
     ids = [np.array(r.ids, dtype=np.int64) for r in readings]
     runner = AcousticRunner(voice_dir / ACOUSTIC_FILE, 1, 1, 1 << 20)

@@ -6,7 +6,8 @@ names the field. Everything behind the edge gets valid, typed values.
 Each field says what it wants in its ``description``; the refusal quotes it ("'speed'
 must be a number from 0.25 to 4, got \"fast\""). The codes are OpenAI's where it has one
 (``invalid_value``, ``invalid_type``, ``string_above_max_length``, ...). The ranges are
-the server's (triton_tts/validation.py), so the gateway refuses what Triton would.
+the server's, imported from triton_tts/validation.py (SPEED is OpenAI's range too), so the
+gateway refuses what Triton would.
 """
 
 from __future__ import annotations
@@ -29,11 +30,10 @@ from pydantic_core import ErrorDetails, PydanticCustomError
 
 from triton_tts.gateway import audio
 from triton_tts.gateway.errors import ApiError, invalid
+from triton_tts.validation import MAX_LONG_TEXT_CHARS, MAX_NOISE, MAX_SPEED, MIN_SPEED
 
 # The ids OpenAI's clients send; all name the one served ensemble (its voices differ).
 MODEL_IDS = ("triton-tts", "tts-1", "tts-1-hd", "gpt-4o-mini-tts")
-MIN_SPEED, MAX_SPEED = 0.25, 4.0  # OpenAI's range, and the server's (triton_tts/validation.py)
-MAX_NOISE = 2.0  # the server's (triton_tts/validation.py)
 MAX_VOICE_CHARS = 128  # a voice name, alias or voice:speaker; far past any served one
 WS_FORMATS = ("s16le", "f32le")
 SHOWN_CHARS = 40  # of a refused value, quoted in the message
@@ -71,10 +71,12 @@ def _within(low: float, high: float) -> AfterValidator:
 
 
 def _text(value: str, info: ValidationInfo) -> str:
-    limit = (info.context or {}).get("max_input_chars")
+    # --max-input-chars, never past what the server's tts models take (they would refuse).
+    configured = (info.context or {}).get("max_input_chars")
+    limit = MAX_LONG_TEXT_CHARS if configured is None else min(configured, MAX_LONG_TEXT_CHARS)
     if not value.strip():
         raise PydanticCustomError("empty_input", "'input' is empty: give some text to speak")
-    if limit is not None and len(value) > limit:
+    if len(value) > limit:
         raise PydanticCustomError(
             "string_above_max_length",
             "'input' has {length} characters; this server takes at most {limit}",

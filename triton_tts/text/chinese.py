@@ -1,6 +1,6 @@
 """Mandarin text front-end: written Chinese -> characters a person reads aloud -> pinyin.
 
-Normalisation (:func:`normalise_chinese`) rewrites numbers by what they are: cn2an's
+Normalisation (:func:`normalize_chinese`) rewrites numbers by what they are: cn2an's
 ``an2cn`` says each number (cardinal, decimal, digit by digit), and the rules here decide
 which reading a number gets from its context, because cn2an's own ``transform`` reads a
 phone number as a quantity ("一百三十八亿..."), "2024-03-15" as subtractions, "3:05" as
@@ -51,7 +51,7 @@ from pypinyin.contrib.tone_convert import to_tone  # type: ignore[import-untyped
 
 from triton_tts.text.han import HAN
 
-__all__ = ["PAUSES", "baker_symbols", "normalise_chinese", "pinyin"]
+__all__ = ["PAUSES", "baker_symbols", "normalize_chinese", "pinyin"]
 
 _log = logging.getLogger(__name__)
 jieba.setLogLevel(logging.WARNING)  # it logs its dictionary loading at INFO
@@ -244,7 +244,7 @@ _REWRITES: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], str]], ...] = 
 )
 
 
-def normalise_chinese(text: str) -> str:
+def normalize_chinese(text: str) -> str:
     """The characters a person reads aloud for ``text``: numbers, dates, times, money,
     percentages, units and ranges written out (module docstring); punctuation, Chinese
     and Latin words kept; whitespace collapsed. Never raises on any ``str``."""

@@ -5,6 +5,10 @@ Chosen by the voice's language (voice.json ``phonemizer_language``): Mandarin ("
 with tone sandhi); every other language gets what the serving path uses today, the
 English normaliser and espeak-ng in the voice's language. ``triton-tts frontend`` prints
 both steps for a text, offline.
+
+:func:`normalizer` is the one choice of a language's normaliser: preprocess (through
+:class:`~triton_tts.text.reader.TextReader`) and the long-text models (``bls``, which
+normalise a whole text before they chunk it) must read a text the same way.
 """
 
 from __future__ import annotations
@@ -12,11 +16,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from triton_tts.text.phonemize import EspeakPhonemizer
 
 ENGLISH = "en-us"  # espeak's language for Latin words inside a Chinese sentence
 
@@ -24,17 +23,10 @@ ENGLISH = "en-us"  # espeak's language for Latin words inside a Chinese sentence
 @dataclass(frozen=True)
 class Frontend:
     language: str
-    normalise: Callable[[str], str]
+    normalize: Callable[[str], str]
     # normalised text -> its pronunciation, as text: pinyin syllables with tone numbers
     # (Chinese, Latin words as /espeak phonemes/) or espeak-ng phonemes
     pronounce: Callable[[str], str]
-
-
-@cache
-def _espeak(language: str) -> EspeakPhonemizer:
-    from triton_tts.text.phonemize import EspeakPhonemizer  # libespeak-ng: loaded on first use
-
-    return EspeakPhonemizer(language)
 
 
 def _espeak_pronounce(language: str, tokens: str = "phonemes") -> Callable[[str], str]:
@@ -42,7 +34,9 @@ def _espeak_pronounce(language: str, tokens: str = "phonemes") -> Callable[[str]
     Piper's convention, or the lower-cased text of a character voice."""
 
     def pronounce(text: str) -> str:
-        return str(_espeak(language).symbols([text], tokens)[0])
+        from triton_tts.text.phonemize import espeak  # libespeak-ng: loaded on first use
+
+        return str(espeak(language).symbols([text], tokens)[0])
 
     return pronounce
 
@@ -55,11 +49,10 @@ def _chinese_pronounce(text: str) -> str:
     """Pinyin with tone numbers; a Latin word (kept as written by the Chinese front-end)
     read by the English path, normaliser and espeak-ng en-us, shown between slashes."""
     from triton_tts.text.chinese import pinyin
-    from triton_tts.text.normalize import normalize_english
 
     tokens = pinyin(text)
-    english = _espeak_pronounce(ENGLISH)
-    return " ".join(f"/{english(normalize_english(t))}/" if _LATIN_WORD.fullmatch(t) else t for t in tokens)
+    english, normalize = _espeak_pronounce(ENGLISH), normalizer(ENGLISH)
+    return " ".join(f"/{english(normalize(t))}/" if _LATIN_WORD.fullmatch(t) else t for t in tokens)
 
 
 def is_chinese(language: str) -> bool:
@@ -67,13 +60,20 @@ def is_chinese(language: str) -> bool:
     return language.lower().replace("_", "-").split("-")[0] in {"zh", "cmn"}
 
 
+def normalizer(language: str) -> Callable[[str], str]:
+    """The normaliser of a voice's language: Chinese for Mandarin, English for every other
+    language (there is no third normaliser yet)."""
+    if is_chinese(language):
+        from triton_tts.text.chinese import normalize_chinese
+
+        return normalize_chinese
+    from triton_tts.text.normalize import normalize_english
+
+    return normalize_english
+
+
 def frontend_for(language: str, tokens: str = "phonemes") -> Frontend:
     """The front-end for a voice's language and tokens (its voice.json
     ``phonemizer_language`` and ``tokens``; Mandarin's pronunciation is pinyin)."""
-    if is_chinese(language):
-        from triton_tts.text.chinese import normalise_chinese
-
-        return Frontend(language, normalise_chinese, _chinese_pronounce)
-    from triton_tts.text.normalize import normalize_english
-
-    return Frontend(language, normalize_english, _espeak_pronounce(language, tokens))
+    pronounce = _chinese_pronounce if is_chinese(language) else _espeak_pronounce(language, tokens)
+    return Frontend(language, normalizer(language), pronounce)

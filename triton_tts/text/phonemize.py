@@ -27,6 +27,7 @@ import os
 import re
 import threading
 import unicodedata
+from functools import cache
 
 from phonemizer.backend import EspeakBackend
 from phonemizer.backend.espeak.api import EspeakAPI
@@ -106,6 +107,14 @@ class EspeakPhonemizer:
         return self.phonemize(texts)
 
 
+@cache
+def espeak(language: str) -> EspeakPhonemizer:
+    """The process's one phonemizer for ``language``, shared by every reader and front-end
+    in it: each instance loads its own copy of libespeak-ng (and holds its own lock), so
+    one per language is all a process needs."""
+    return EspeakPhonemizer(language)
+
+
 # What follows a clause, by the punctuation that ended it (its first mark, when several
 # stand together: "?!" is a question). Piper writes a mark only for espeak's plain clause
 # types; espeak types en and em dashes as semicolons, and an ellipsis, inverted marks and
@@ -175,8 +184,3 @@ class EspeakClauses:
             parts.append(_LANGUAGE_FLAG.sub("", (phonemes or b"").decode("utf-8", "replace")))
             parts.append(_clause_ending(clause))
         return unicodedata.normalize("NFD", "".join(parts))
-
-
-def has_speech(phonemes: str) -> bool:
-    """False for phoneme strings of punctuation and spaces only."""
-    return any(ch.isalpha() for ch in phonemes)

@@ -14,10 +14,10 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from triton_tts.text.frontend import frontend_for, is_chinese
+from triton_tts.validation import reading_speaks
 from triton_tts.voice import PINYIN_BAKER
 
 if TYPE_CHECKING:
-    from triton_tts.text.phonemize import EspeakPhonemizer
     from triton_tts.voice import Voice
 
 
@@ -38,18 +38,15 @@ class TextReader:
             raise ValueError(f"voice '{voice.name}': {PINYIN_BAKER} tokens need a Chinese language")
 
     @cached_property
-    def _espeak(self) -> EspeakPhonemizer:
-        from triton_tts.text.phonemize import EspeakPhonemizer  # libespeak-ng: loaded on first use
-
-        return EspeakPhonemizer(self.voice.phonemizer_language)
-
-    @cached_property
     def framing(self) -> int:
         """Ids of a text with nothing in it (BOS, EOS, blanks)."""
         return len(self.voice.symbols_to_ids([]) if self.baker else self.voice.phonemes_to_ids(""))
 
-    def normalise(self, text: str) -> str:
-        return self.frontend.normalise(text)
+    def normalize(self, text: str) -> str:
+        return self.frontend.normalize(text)
+
+    # repository.py's warm-up still calls the old spelling (another change owns that file).
+    normalise = normalize
 
     def read(self, texts: list[str]) -> list[Reading]:
         """Normalised texts -> their ids (in one espeak-ng call for phoneme voices)."""
@@ -57,11 +54,11 @@ class TextReader:
             from triton_tts.text.chinese import baker_symbols, pinyin
 
             said = [baker_symbols(pinyin(text), self.voice.syllables) for text in texts]
-            return [Reading(self.voice.symbols_to_ids(s), bool(s)) for s in said]
-        from triton_tts.text.phonemize import has_speech
+            return [self._reading(" ".join(s), self.voice.symbols_to_ids(s)) for s in said]
+        from triton_tts.text.phonemize import espeak  # libespeak-ng: loaded on first use
 
-        readings = []
-        for phonemes in self._espeak.symbols(texts, self.voice.tokens):
-            ids = self.voice.phonemes_to_ids(phonemes)
-            readings.append(Reading(ids, len(ids) > self.framing and has_speech(phonemes)))
-        return readings
+        symbols = espeak(self.voice.phonemizer_language).symbols(texts, self.voice.tokens)
+        return [self._reading(phonemes, self.voice.phonemes_to_ids(phonemes)) for phonemes in symbols]
+
+    def _reading(self, symbols: str, ids: list[int]) -> Reading:
+        return Reading(ids, reading_speaks(symbols, len(ids), self.framing))

@@ -66,7 +66,7 @@ class TritonPythonModel:
         noise_w = v.noise_w if options.noise_w is None else options.noise_w
         speed = options.speed or 1.0
         scales = np.array([noise, v.length_scale / speed, noise_w], dtype=np.float32)
-        spoken = self.reader.normalise(text) if options.normalize else text
+        spoken = self.reader.normalize(text) if options.normalize else text
         return spoken, _Accepted(index, rid, scales, options.speaker_id or 0, speed)
 
     def execute(self, requests: list[Any]) -> list[Any]:
