@@ -74,7 +74,7 @@ def write_warmup_data(repo: Path, voice: Voice, models: VoiceModels) -> None:
         # espeak phonemes is read by espeak-ng, as preprocess will).
         reader = TextReader(voice)
         (preprocess / "TEXT").write_bytes(_serialize_bytes(WARMUP_TEXT_CHINESE))
-        ids = reader.read([reader.normalise(WARMUP_TEXT_CHINESE)])[0].ids[:WARMUP_IDS_LENGTH]
+        ids = reader.read([reader.normalize(WARMUP_TEXT_CHINESE)])[0].ids[:WARMUP_IDS_LENGTH]
     else:
         (preprocess / "TEXT").write_bytes(_serialize_bytes(WARMUP_TEXT))
         symbols = WARMUP_TEXT.lower() if voice.tokens == "characters" else WARMUP_PHONEMES

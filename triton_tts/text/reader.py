@@ -45,9 +45,6 @@ class TextReader:
     def normalize(self, text: str) -> str:
         return self.frontend.normalize(text)
 
-    # repository.py's warm-up still calls the old spelling (another change owns that file).
-    normalise = normalize
-
     def read(self, texts: list[str]) -> list[Reading]:
         """Normalised texts -> their ids (in one espeak-ng call for phoneme voices)."""
         if self.baker:
