@@ -18,8 +18,8 @@ PY_VERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info
 APT_PACKAGES := espeak-ng libespeak-ng1 sox libsndfile1 libb64-0d libpython$(PY_VERSION)
 # Development only: a real browser for the gateway page's test (Playwright drives it).
 DEV_APT_PACKAGES := chromium
-# Voices and the built repository live in the checkout (see triton_tts/paths.py).
-export TRITON_TTS_HOME := $(CURDIR)
+# Voices and the built repository live in the checkout: the default home of an editable
+# install (triton_tts/paths.py), so `make` and a plain shell find the same voices.
 REPOSITORY := build/model_repository
 # The Python of the Triton image (tritonserver:26.08-py3 has 3.12): the image's
 # requirement set is installed and served with it in tests/test_image_install.py.
@@ -35,7 +35,7 @@ GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
 GATEWAY_PORT ?= 8080
 
-.PHONY: setup setup-serve system-packages dev-system-packages apt-install serve test lint typecheck check voice repo bench bench-peers soak clean
+.PHONY: setup setup-serve system-packages dev-system-packages apt-install serve test test-unit lint typecheck check voice repo bench bench-peers soak clean
 
 HELM := .tools/helm
 PROMTOOL := .tools/promtool
@@ -125,6 +125,10 @@ typecheck: setup
 # Piper's phonemizers (own virtualenvs) are the reference of tests/test_frontend_vs_piper.py.
 test: setup .bench/piper/bin/python .bench/piper-phonemize/bin/python voices/baker/voice.json
 	$(BIN)/pytest -ra
+
+# The tests that need no server (the `unit` marker, tests/conftest.py); `make test` runs them too.
+test-unit: setup .bench/piper/bin/python .bench/piper-phonemize/bin/python voices/baker/voice.json
+	$(BIN)/pytest -ra -m unit
 
 # Benchmarks (not tests): perf_analyzer sweep, real-time factor, streaming, peers;
 # results/ is ignored. Peers live in their own virtualenvs under .bench/.

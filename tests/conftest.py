@@ -1,12 +1,21 @@
-"""A real tritonserver for the whole test session, on free ports, with the built repository."""
+"""A real tritonserver for the whole test session, on free ports, with the built repository;
+and the suite's parts (markers, `make test-unit`).
+
+Every test is one of: ``unit`` (no server; `make test-unit`), ``server`` (a real
+tritonserver or gateway), ``browser``, ``image``, ``gpu``. A test that asks for the session
+server or gateway is a server test; one that starts its own carries the marker (its
+module's ``pytestmark``); every other test is a unit test, and a unit test that starts a
+server anyway fails at once, naming the marker it lacks.
+"""
 
 from __future__ import annotations
 
 import logging
-import os
+import subprocess
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -27,8 +36,68 @@ from triton_tts.voice import Voice
 log = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parent.parent
-# Voices and builds live in the checkout, as under `make` (which sets the same).
-os.environ.setdefault("TRITON_TTS_HOME", str(ROOT))
+
+
+# The parts that are not unit tests; a test that needs none of them is a unit test.
+PARTS = ("server", "browser", "image", "gpu", "export")
+# Fixtures of this folder that start the session server (the others build on these). A
+# module names its own server-starting fixtures in SERVER_FIXTURES, or marks itself.
+SERVER_FIXTURES = {"server", "gateway"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if any(item.get_closest_marker(part) for part in PARTS):
+            continue
+        starting = SERVER_FIXTURES | set(getattr(getattr(item, "module", None), "SERVER_FIXTURES", ()))
+        fixtures = set(getattr(item, "fixturenames", ()))
+        item.add_marker(pytest.mark.server if fixtures & starting else pytest.mark.unit)
+
+
+def _starts_a_server(args: object) -> bool:
+    """A command line that runs tritonserver, or our server or gateway."""
+    words = [str(a) for a in args] if isinstance(args, list | tuple) else str(args).split()
+    ours = any(w.endswith(("triton-tts", "triton_tts.cli")) for w in words)
+    triton = any(Path(w).name == "tritonserver" for w in words)
+    return triton or (ours and bool({"serve", "gateway"} & set(words)))
+
+
+class UnitStartedAServer(AssertionError):
+    pass
+
+
+class _NoServerPopen(subprocess.Popen):  # type: ignore[type-arg]
+    """subprocess.Popen for the whole session: any command, but no server's while a unit
+    test (its fixtures included, also module- and session-scoped ones) is being set up or run."""
+
+    unit_test = ""  # the id of the unit test being set up or run, else ""
+
+    def __init__(self, args: Any, *rest: Any, **kwargs: Any) -> None:
+        if self.unit_test and _starts_a_server(args):
+            raise UnitStartedAServer(f"{self.unit_test} starts a server: mark it `server`")
+        super().__init__(args, *rest, **kwargs)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    subprocess.Popen = _NoServerPopen  # type: ignore[misc]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    _NoServerPopen.unit_test = item.nodeid if item.get_closest_marker("unit") else ""
+    try:
+        return (yield)
+    finally:
+        _NoServerPopen.unit_test = ""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    _NoServerPopen.unit_test = item.nodeid if item.get_closest_marker("unit") else ""
+    try:
+        return (yield)
+    finally:
+        _NoServerPopen.unit_test = ""
 
 
 @pytest.fixture(scope="session")

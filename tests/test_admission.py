@@ -41,6 +41,9 @@ from triton_tts.client.tts_client import NO_RETRIES, RetryPolicy, ServerBusy, TT
 from triton_tts.model_configs import BuildOptions
 from triton_tts.server import TritonServer, default_voice_server
 
+# The fixture that starts this module's own server (tests/conftest.py marks its tests).
+SERVER_FIXTURES = {"tight"}
+
 
 class Clock:
     def __init__(self) -> None:

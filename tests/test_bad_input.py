@@ -19,6 +19,8 @@ from triton_tts.limits import TOO_LONG
 from triton_tts.server import TritonServer
 from triton_tts.validation import MAX_LONG_TEXT_CHARS
 
+pytestmark = pytest.mark.server  # its own servers (module fixtures)
+
 # (text, extra inputs, words the error message must contain)
 BAD_REQUESTS: list[tuple[str, bytes | str, dict[str, Any], str]] = [
     ("empty", "", {}, "empty"),

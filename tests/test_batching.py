@@ -17,6 +17,8 @@ from tests.helpers import DETERMINISTIC, model_counts, tts_inputs
 from triton_tts.model_configs import BuildOptions
 from triton_tts.server import TritonServer, default_voice_server
 
+pytestmark = pytest.mark.server  # its own servers (module fixtures)
+
 MIXED = [
     "Yes.",
     "Good morning, how are you?",

@@ -46,6 +46,7 @@ def test_rtf_harness_smoke(server: TritonServer, tmp_path: Path) -> None:
     assert assert_stamped_report(out) == results
 
 
+@pytest.mark.server
 def test_tuning_harness_smoke(tmp_path: Path) -> None:
     """Builds and serves each setting itself: one setting, one pass, two clients."""
     from benchmarks import tuning
@@ -131,6 +132,7 @@ def test_gateway_harness_smoke(server: TritonServer, gateway: str, tmp_path: Pat
     assert assert_stamped_report(out) == results
 
 
+@pytest.mark.export
 def test_coqui_stage_benchmark_smoke(tmp_path: Path) -> None:
     from benchmarks import coqui_stages
 
@@ -185,6 +187,7 @@ def test_overload_harness_smoke(server: TritonServer, tmp_path: Path) -> None:
     assert out.with_suffix(".png").stat().st_size > 10_000
 
 
+@pytest.mark.server
 def test_soak_harness_smoke(tmp_path: Path) -> None:
     """The issue's CI smoke run: two minutes of the whole mix from its own server (memory
     is read from /proc), four clients. No timing or memory assertions: machines are noisy."""
@@ -221,6 +224,7 @@ def test_write_report_stamps_json_and_markdown(tmp_path: Path) -> None:
     assert not (tmp_path / "bare.json").exists()
 
 
+@pytest.mark.server
 def test_capacity_harness_smoke(tmp_path: Path) -> None:
     """Builds and serves both variants itself (their admission is what differs): tiny levels."""
     from benchmarks import capacity

@@ -30,6 +30,8 @@ from triton_tts.stages import AcousticRunner, RunFailed
 from triton_tts.text.normalize import normalize_english
 from triton_tts.validation import MAX_NOISE, MAX_SPEED, MIN_SPEED
 
+pytestmark = pytest.mark.server  # its own servers (module fixtures)
+
 # Held out from the calibration: dense and slow texts of kinds it has, and others.
 HELD_OUT = [
     "Oh... ah! Eh? Uh-huh, hmm. Wow! Ooh, aah; shh. Psst! Ugh, erm, well, mhm, yeah, nah, okay.",

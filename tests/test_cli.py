@@ -272,3 +272,25 @@ def test_build_flags_are_the_build_options_with_their_bounds(capsys: pytest.Capt
         with pytest.raises(SystemExit) as stop:
             parser.parse_args(["build-repo", *bad])
         assert stop.value.code == 2 and why in capsys.readouterr().err
+
+
+def test_one_home_for_voices_with_or_without_make(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run from the checkout in a plain shell (no TRITON_TTS_HOME: `make` no longer sets
+    it either), a bare voice name finds the checkout's voice, and nothing is exported into
+    the per-user data folder a wheel install would use."""
+    import os
+
+    from triton_tts import paths
+
+    root = Path(__file__).resolve().parent.parent
+    monkeypatch.delenv("TRITON_TTS_HOME", raising=False)
+    assert paths.data_home() == root and paths.default_voice_dir() == root / "voices" / "joe"
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_TTS_HOME"}
+    env.update(XDG_DATA_HOME=str(tmp_path / "xdg"), HOME=str(tmp_path / "home"), PYTHONIOENCODING="utf-8")
+    done = subprocess.run(
+        [*CLI, "frontend", "你好", "--voice", "baker"], capture_output=True, text=True, cwd=tmp_path, env=env,
+        timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "symbols:" in done.stdout  # the Mandarin voice's own symbol line: baker was found
+    assert not (tmp_path / "xdg").exists() and not (tmp_path / "home" / ".local").exists()

@@ -28,6 +28,8 @@ from triton_tts.export.coqui.masks import pad_frames
 from triton_tts.export.coqui.mel_vocoder import MelConversion, MelVocoder, mel_vocoder
 from triton_tts.voice import ACOUSTIC_FILE, VOCODER_FILE, Voice
 
+pytestmark = pytest.mark.export  # builds and exports models
+
 TEXTS = (
     "Hello world, this is a test.",
     "Hi.",

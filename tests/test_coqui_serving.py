@@ -23,6 +23,8 @@ from triton_tts.client import TTSClient
 from triton_tts.export.coqui.loading import Loaded
 from triton_tts.server import TritonServer, default_voice_server
 
+pytestmark = pytest.mark.server  # its own servers (module fixtures)
+
 TEXT = "Hello world, this is a test."
 PARITY_ATOL = 1e-4  # through the server: onnxruntime in Triton vs Coqui's PyTorch
 

@@ -39,6 +39,8 @@ from triton_tts.stages import RunFailed, StageSettings
 from triton_tts.tacotron import ONNX_FILES, PAD_PARAMETER, Tacotron2Runner
 from triton_tts.voice import VOCODER_FILE, Voice
 
+pytestmark = pytest.mark.export  # builds and exports models
+
 STOP_SHIFT = -0.3
 MAX_STEPS = 40
 STOPS = "Hi."  # stops on its stop token after 24 steps

@@ -25,6 +25,8 @@ from triton_tts.text.normalize import normalize_english
 from triton_tts.text.phonemize import EspeakPhonemizer
 from triton_tts.voice import Voice
 
+pytestmark = pytest.mark.export  # builds and exports models
+
 TEXTS = [
     "Hello world, this is a test.",
     "Short.",

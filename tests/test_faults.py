@@ -31,6 +31,8 @@ from triton_tts.repository import build_repository
 from triton_tts.server import TritonServer, free_port
 from triton_tts.voice import ACOUSTIC_FILE
 
+pytestmark = pytest.mark.server  # its own servers (module fixtures)
+
 CLI = [sys.executable, "-m", "triton_tts.cli"]
 GARBAGE = b"\x08\x07not an onnx graph\xff\xfe" * 64
 FAILED_START_S = 120  # a failed load ends serve long before READY_TIMEOUT_S (300 s)

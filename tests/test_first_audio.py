@@ -22,6 +22,8 @@ from triton_tts.loopback import Loopback, LoopbackFailed, Unreachable
 from triton_tts.model_configs import BuildOptions
 from triton_tts.server import TritonServer, default_voice_server, free_port
 
+pytestmark = pytest.mark.server  # its own servers (module fixtures)
+
 LONG_CHUNK = (
     "Our opening hours have changed this month: we now open at nine in the morning and close at "
     "eight in the evening from Monday to Friday, and on Saturdays we open at ten and close at four."

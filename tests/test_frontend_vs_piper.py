@@ -44,6 +44,8 @@ from triton_tts.text.normalize import normalize_english
 from triton_tts.text.phonemize import EspeakPhonemizer
 from triton_tts.voice import PIPER_PHONEMES, Voice
 
+pytestmark = pytest.mark.server  # its own servers (module fixtures)
+
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = Path(__file__).parent / "data" / "frontend_sentences.txt"
 REFERENCE_SCRIPT = Path(__file__).parent / "piper_reference.py"

@@ -51,6 +51,8 @@ from triton_tts.gateway.settings import GatewaySettings
 from triton_tts.intelligibility import transcribe, word_error_rate
 from triton_tts.server import TritonServer, free_port, requests_in_flight
 
+pytestmark = pytest.mark.server  # its own servers (module fixtures)
+
 # Several sentences: a stream of several chunks (the first is its first clause).
 TEXT = (
     "The weather today is sunny with a light breeze. Thank you for calling, how can I help you today? "

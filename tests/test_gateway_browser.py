@@ -26,9 +26,12 @@ from triton_tts.server import TritonServer
 from triton_tts.voice import Voice
 
 CHROMIUM = shutil.which("chromium")
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="no chromium binary on PATH (Debian: apt-get install chromium)"
-)
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(
+        CHROMIUM is None, reason="no chromium binary on PATH (Debian: apt-get install chromium)"
+    ),
+]
 
 # Three sentences: a stream sends the first alone, so more than one chunk arrives.
 TEXT = "Welcome to the city library. We open at nine and close at eight. Have a nice day!"

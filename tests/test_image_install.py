@@ -39,6 +39,7 @@ IMAGE_PYTHON = "3.12"
 PYENV_VERSION = "3.12.1"  # the image Python that pyenv has here
 SENTENCE = "Please call me back when you get home."
 SERVE_TIMEOUT_S = 300.0
+pytestmark = pytest.mark.image
 
 
 def pinned(lines: list[str]) -> dict[str, str]:

@@ -34,6 +34,8 @@ from triton_tts.validation import (
 )
 from triton_tts.voice import Voice
 
+pytestmark = pytest.mark.server  # its own servers (module fixtures)
+
 # --- the checks, without a server -------------------------------------------------------
 
 

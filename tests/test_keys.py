@@ -32,6 +32,8 @@ from tests.test_lifecycle import Serve
 from triton_tts.client import TTSClient, Unauthorized, auth_headers
 from triton_tts.server import free_port, key_headers
 
+pytestmark = pytest.mark.server  # its own servers (module fixtures)
+
 API_KEYS = ("first-key-4f1c", "second-key-9a2e")  # TRITON_TTS_API_KEY="first,second"
 ADMIN_KEY = "admin-key-7d03"
 TEXT = "The keys are checked at every door."

@@ -39,6 +39,8 @@ from triton_tts.model_configs import parse
 from triton_tts.server import READY_TIMEOUT_S, TritonServer, free_port
 from triton_tts.watchdog import ADMIN_HEADER
 
+pytestmark = pytest.mark.server  # its own servers (module fixtures)
+
 STOP_TIMEOUT_S = 300  # a deadline for a hang; serve's own bound is its drain plus Triton's exit timeout
 WARMUP_LINE = re.compile(rb"model '([^']+)' instance (\S+) is running warmup sample")
 

@@ -46,6 +46,10 @@ PLANS = [
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
+# The fixture that starts this module's own server (tests/conftest.py marks its tests).
+SERVER_FIXTURES = {"zh_server"}
+
+
 def assert_chunks_fit(text: str, plan: ChunkPlan) -> list[str]:
     """split_text's promise: every chunk within its plan's limit (the first within
     ``first_chars``) and the request's, trimmed, nothing dropped, added or moved."""

@@ -22,6 +22,8 @@ from triton_tts.export import mandarin as exporter
 from triton_tts.intelligibility import snr_db
 from triton_tts.voice import ACOUSTIC_FILE, VOCODER_FILE, Voice
 
+pytestmark = pytest.mark.export  # builds and exports models
+
 ROOT = Path(__file__).resolve().parent.parent
 ZH_PYTHON = ROOT / ".venv-zh" / "bin" / "python"
 SCRIPT = ROOT / "export_scripts" / "mandarin.py"

@@ -22,6 +22,8 @@ from triton_tts.server import TritonServer, default_voice_server
 from triton_tts.text.reader import TextReader
 from triton_tts.voice import Voice
 
+pytestmark = pytest.mark.server  # its own servers (module fixtures)
+
 ROOT = Path(__file__).resolve().parent.parent
 EXPORT_PYTHON = ROOT / ".venv-zh" / "bin" / "python"
 VOICE = "baker"

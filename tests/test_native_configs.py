@@ -48,6 +48,8 @@ from triton_tts.repository import build_repository
 from triton_tts.tacotron import PAD_PARAMETER
 from triton_tts.voice import Voice
 
+pytestmark = pytest.mark.server  # its own servers (module fixtures)
+
 log = logging.getLogger(__name__)
 
 Tensors = dict[str, npt.NDArray[Any]]  # one request's tensors, each with its batch axis of 1

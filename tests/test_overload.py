@@ -33,6 +33,8 @@ from triton_tts.model_configs import BuildOptions, parse
 from triton_tts.repository import build_repository
 from triton_tts.server import TritonServer, free_port
 
+pytestmark = pytest.mark.server  # its own servers (module fixtures)
+
 # One text and one stream in progress; the stages hold what those can have in flight plus
 # one direct tts_chunk request (BuildOptions.stage_queue_size).
 TINY = BuildOptions(

@@ -37,6 +37,8 @@ from triton_tts.intelligibility import (
 )
 from triton_tts.voice import VOCODER_FILE
 
+pytestmark = pytest.mark.export  # builds and exports models
+
 
 def test_gate_set_is_held_out_and_large_enough() -> None:
     """30+ sentences and 300+ words (one word moves the WER by a third of a point at most),

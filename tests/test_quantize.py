@@ -49,6 +49,8 @@ from triton_tts.intelligibility import MIN_SNR_DB, GateThresholds, snr_db
 from triton_tts.stages import AcousticRunner, VocoderRunner
 from triton_tts.voice import ACOUSTIC_FILE, VOCODER_FILE, Voice
 
+pytestmark = pytest.mark.export  # builds and exports models
+
 
 @pytest.fixture(scope="module")
 def reference(voice_dir: Path) -> Reference:

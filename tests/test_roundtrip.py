@@ -12,6 +12,8 @@ from tests.helpers import DETERMINISTIC, synthesize
 from triton_tts.text.phonemize import EspeakPhonemizer
 from triton_tts.voice import Voice
 
+pytestmark = pytest.mark.server  # its own servers (module fixtures)
+
 SENTENCE = "Triton serves this voice over HTTP and gRPC."
 # Padding to length buckets and batching move float rounding around, nothing more.
 PARITY_ATOL = 1e-4

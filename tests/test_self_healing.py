@@ -27,6 +27,8 @@ from triton_tts.repository import build_repository
 from triton_tts.server import TritonServer, free_port, supervised
 from triton_tts.watchdog import ADMIN_HEADER, Watchdog, model_of, stub_instances
 
+pytestmark = pytest.mark.server  # its own servers (module fixtures)
+
 HEAL_WITHIN_S = 30.0
 KEY = "test-admin-key"
 # Healing with both keys set, as `triton-tts serve` runs with TRITON_TTS_API_KEY: the

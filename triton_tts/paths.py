@@ -5,8 +5,10 @@ happens to sit (after ``pip install`` its parent folder is site-packages):
 
 =============================  ===============================================================
 ``TRITON_TTS_HOME``            voices (``voices/<name>``) and the built repository
-                               (``build/model_repository``); default ``$XDG_DATA_HOME/triton-tts``
-                               or ``~/.local/share/triton-tts``. ``make`` sets it to the checkout.
+                               (``build/model_repository``); default: the checkout, for an
+                               editable install (``make``'s, or ``pip install -e``), so a
+                               command finds the same voices from ``make`` or a plain shell;
+                               else ``$XDG_DATA_HOME/triton-tts`` or ``~/.local/share/triton-tts``.
 ``TRITON_TTS_CACHE``           caches (the Python-backend link folder); default
                                ``$XDG_CACHE_HOME/triton-tts`` or ``~/.cache/triton-tts``
 ``TRITON_TTS_REPOSITORY_TEMPLATE``  the committed configs and model code; default: the
@@ -36,6 +38,9 @@ def data_home() -> Path:
     home = _env_path("TRITON_TTS_HOME")
     if home:
         return home
+    source = _editable_source()
+    if source is not None and source.is_dir():
+        return source
     xdg = _env_path("XDG_DATA_HOME")
     return (xdg or Path.home() / ".local" / "share") / "triton-tts"
 
