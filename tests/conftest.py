@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -82,22 +83,26 @@ def pytest_configure(config: pytest.Config) -> None:
     subprocess.Popen = _NoServerPopen  # type: ignore[misc]
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+@contextmanager
+def _guarded(item: pytest.Item) -> Iterator[None]:
+    """While ``item`` is set up or run: no server, if it is a unit test."""
     _NoServerPopen.unit_test = item.nodeid if item.get_closest_marker("unit") else ""
     try:
-        return (yield)
+        yield
     finally:
         _NoServerPopen.unit_test = ""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    with _guarded(item):
+        return (yield)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
-    _NoServerPopen.unit_test = item.nodeid if item.get_closest_marker("unit") else ""
-    try:
+    with _guarded(item):
         return (yield)
-    finally:
-        _NoServerPopen.unit_test = ""
 
 
 @pytest.fixture(scope="session")
