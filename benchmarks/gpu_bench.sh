@@ -24,7 +24,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 voice_args=()
 for v in $VOICES; do voice_args+=(--voice "$v"); done
 triton-tts build-repo "${voice_args[@]}" --out "$REPO" --max-batch-size 64
-# FP16 engines for every voice's native stages (min/opt/max profiles, see export_scripts/tensorrt.py)
+# FP16 engines for every voice's native stages (min/opt/max profiles, see export_scripts/triton_tts/export/tensorrt.py)
 python3 -m triton_tts.export.tensorrt --repo "$REPO" --max-batch-size 64 --fp16 acoustic vocoder \
   --trtexec "$TRTEXEC"
 

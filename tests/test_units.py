@@ -9,6 +9,7 @@ import pytest
 
 from triton_tts.batching import PHONEME_BUCKETS, bucket_length, pad_stack, plan_sub_batches
 from triton_tts.onnx_session import resolve_threads
+from triton_tts.text.speaks import pronounceable, reading_speaks
 from triton_tts.validation import (
     MAX_TEXT_CHARS,
     InvalidRequest,
@@ -18,8 +19,6 @@ from triton_tts.validation import (
     check_speed,
     check_voice,
     decode_text,
-    pronounceable,
-    reading_speaks,
 )
 from triton_tts.voice import PINYIN_BAKER
 

@@ -20,7 +20,8 @@ import numpy.typing as npt
 PHONEME_BUCKETS = (32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
 # LATENT's frame axis is zero-padded to a multiple of this (64 frames = 0.74 s at 22,050 Hz),
 # so native GPU vocoders see a few shared shapes they can batch: inside the acoustic graphs
-# (export_scripts/piper.py, coqui/masks.py), in Python for Tacotron2 (triton_tts/tacotron.py).
+# (triton_tts.export.piper, triton_tts.export.coqui.masks), in Python for Tacotron2
+# (triton_tts/tacotron.py).
 FRAME_MULTIPLE = 64
 
 

@@ -8,7 +8,7 @@ use, so chunks of long texts batch with everyone else's traffic in the acoustic 
 vocoder models. Each chunk goes with NORMALIZE false (its text is normalised already),
 the client's SPEED, SPEAKER_ID and NOISE_* as sent, no VOICE (the ensemble is the voice),
 and the request id ``<id>/<chunk index>``. Chunks with nothing to pronounce
-(:func:`triton_tts.validation.pronounceable`: a "* * *" line) are never sent; one that
+(:func:`triton_tts.text.speaks.pronounceable`: a "* * *" line) are never sent; one that
 preprocess still finds nothing to say in (only letters the voice has no symbols for)
 fails the request with preprocess's refusal, like any other refused chunk. Only
 importable inside Triton's Python backend (it needs ``triton_python_backend_utils``).
@@ -42,7 +42,8 @@ from triton_tts.loopback import Loopback, LoopbackFailed, Unreachable
 from triton_tts.pacing import Pacer
 from triton_tts.request_options import read_options, read_text
 from triton_tts.text.frontend import is_chinese, normalizer
-from triton_tts.validation import MAX_LONG_TEXT_CHARS, InvalidRequest, NothingToSay, pronounceable
+from triton_tts.text.speaks import pronounceable
+from triton_tts.validation import MAX_LONG_TEXT_CHARS, InvalidRequest, NothingToSay
 
 # Inputs sent on with every chunk as the client sent them (VOICE chose the ensemble).
 CHUNK_OPTIONS = ("SPEED", "SPEAKER_ID", "NOISE_SCALE", "NOISE_W")
@@ -105,7 +106,7 @@ class LongTextRequest:
     model: str  # the chosen voice's ensemble
     voice: str  # the chosen voice's name
     characters: int  # of the decoded TEXT, before normalisation (for metrics)
-    says_something: Callable[[str], bool] = pronounceable  # validation.pronounceable for the voice
+    says_something: Callable[[str], bool] = pronounceable  # text.speaks.pronounceable for the voice
     caller: str = ""  # the request's "caller" parameter (the gateway names API keys' callers)
     audio_s: float = 0.0  # predicted audio of all chunks (admission)
     first_audio_s: float = 0.0  # of the first chunk

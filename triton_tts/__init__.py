@@ -1,3 +1,0 @@
-"""triton-tts: text-to-speech served by NVIDIA Triton Inference Server."""
-
-__version__ = "0.1.0"
