@@ -12,8 +12,6 @@ from triton_tts.export.piper import bundled_joe_paths
 from triton_tts.export.voice_runs import acoustic_runner, text_ids
 from triton_tts.repository import ensure_default_voice
 from triton_tts.stages import RunFailed, VocoderRunner
-from triton_tts.text.normalize import normalize_english
-from triton_tts.text.phonemize import EspeakPhonemizer
 from triton_tts.voice import VOCODER_FILE, Voice
 
 
@@ -28,12 +26,10 @@ class PiperReference:
         self.session = ort.InferenceSession(
             str(bundled_joe_paths()[0]), opts, providers=["CPUExecutionProvider"]
         )
-        self.phonemizer = EspeakPhonemizer(self.voice.phonemizer_language)
 
     def synthesize(self, text: str) -> float:
         """Seconds of audio made for ``text`` (with the voice's own noise settings)."""
-        symbols = self.phonemizer.symbols([normalize_english(text)], self.voice.tokens)
-        ids = self.voice.phonemes_to_ids(symbols[0])
+        (ids,) = text_ids(self.voice, [text])
         wav = self.session.run(
             None,
             {
@@ -55,13 +51,12 @@ class VoiceReference:
         self.vocoder = VocoderRunner(
             voice_dir / VOCODER_FILE, threads, max_items_per_run=1, max_padded=1 << 20
         )
-        self.phonemizer = EspeakPhonemizer(self.voice.phonemizer_language)
         self.scales = np.array(
             [self.voice.noise_scale, self.voice.length_scale, self.voice.noise_w], np.float32
         )
 
     def synthesize(self, text: str) -> float:
-        (acoustic,) = self.acoustic.run(text_ids(self.voice, self.phonemizer, [text]), [self.scales])
+        (acoustic,) = self.acoustic.run(text_ids(self.voice, [text]), [self.scales])
         if isinstance(acoustic, RunFailed):
             raise RuntimeError(acoustic.message)
         (wav,) = self.vocoder.run([acoustic[0]])

@@ -50,6 +50,7 @@ from triton_tts.gateway.errors import from_tts_error
 from triton_tts.gateway.settings import GatewaySettings
 from triton_tts.intelligibility import transcribe, word_error_rate
 from triton_tts.server import TritonServer, free_port, requests_in_flight
+from triton_tts.validation import MAX_SPEED, MIN_SPEED
 
 pytestmark = pytest.mark.server  # its own servers (module fixtures)
 
@@ -221,6 +222,7 @@ def test_models_and_voices(gateway: str) -> None:
     assert listing["default"] == listing["voices"][0]["id"] == "joe"
     assert listing["voices"][0]["sample_rate"] == 22050 and listing["voices"][0]["language"] == "en-us"
     assert listing["aliases"]["alloy"] == "joe"
+    assert listing["speed"] == {"min": MIN_SPEED, "max": MAX_SPEED}
     # a served voice by its own name, and an alias, give the same voice
     for voice in ("joe", "nova"):
         status, headers, _ = post(

@@ -23,6 +23,7 @@ from testkit.sample_texts import PARAGRAPH
 from tests.helpers import running_gateway, stream_paragraph_chunks
 from triton_tts.gateway.command import API_KEY_ENV
 from triton_tts.server import TritonServer
+from triton_tts.validation import MAX_SPEED, MIN_SPEED
 from triton_tts.voice import Voice
 
 CHROMIUM = shutil.which("chromium")
@@ -87,6 +88,9 @@ def wait_for_state(page: Page, *states: str, timeout_ms: int = SYNTHESIS_TIMEOUT
 def test_speak_streams_plays_measures_and_downloads(page: Page, voice: Voice, tmp_path: Path) -> None:
     expect(page.locator("#voice")).to_have_value("joe")
     expect(page.locator("#speed")).to_have_value("1")
+    for control in ("#speed", "#speed-range"):  # the server's bounds, as its voices listing says
+        expect(page.locator(control)).to_have_attribute("min", f"{MIN_SPEED:g}")
+        expect(page.locator(control)).to_have_attribute("max", f"{MAX_SPEED:g}")
     clock_before = stats(page)["audioContextTime"]
     speak(page, TEXT)
     done = wait_for_state(page, "done", "error", "cancelled")

@@ -13,6 +13,7 @@ from typing import Any
 from triton_tts.client import AsyncTTSClient, TTSError, VoiceInfo
 from triton_tts.gateway.errors import from_tts_error, invalid
 from triton_tts.gateway.settings import GatewaySettings
+from triton_tts.validation import MAX_SPEED, MIN_SPEED
 
 # OpenAI's voice names: each is the default voice unless --voice-alias says otherwise.
 OPENAI_VOICES = (
@@ -88,4 +89,6 @@ class Voices:
                 for v in served
             ],
             "aliases": await self.aliases(),
+            # The bounds the server checks (validation), for a caller's own controls.
+            "speed": {"min": MIN_SPEED, "max": MAX_SPEED},
         }

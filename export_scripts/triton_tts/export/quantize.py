@@ -71,7 +71,6 @@ from triton_tts.export.vocoder_graph import channels_last, polyphase_upsampling,
 from triton_tts.export.voice_runs import latents, text_ids, vocoder_feeds
 from triton_tts.intelligibility import GateReport, GateThresholds, add_gate_arguments, gate_thresholds
 from triton_tts.onnx_session import graph_inputs
-from triton_tts.text.phonemize import EspeakPhonemizer
 from triton_tts.voice import ACOUSTIC_FILE, VOCODER_FILE, VOCODER_UNPADDED_FILE, Voice
 
 if TYPE_CHECKING:
@@ -189,7 +188,7 @@ def acoustic_feeds(voice_dir: Path, texts: list[str]) -> list[dict[str, Any]]:
     voice = Voice.load(voice_dir)
     speaker = "SPEAKER_ID" in graph_inputs(voice_dir / ACOUSTIC_FILE)
     items = []
-    for ids in text_ids(voice, EspeakPhonemizer(voice.phonemizer_language), texts):
+    for ids in text_ids(voice, texts):
         feeds: dict[str, Any] = {
             "PHONEME_IDS": ids[None],
             "PHONEME_LENGTH": np.array([len(ids)], dtype=np.int64),

@@ -1,5 +1,5 @@
 """A voice folder's stages run offline, item by item, as the Triton models run them:
-texts -> phoneme ids (normaliser, espeak-ng) -> latents (the acoustic runner) -> waveforms.
+texts -> phoneme ids (preprocess's reader) -> latents (the acoustic runner) -> waveforms.
 
 For what checks a voice at export time (INT8 calibration, the precision gate) and for
 the benchmarks that compare stages; serving runs the same runners inside Triton.
@@ -19,8 +19,7 @@ import numpy.typing as npt
 
 from triton_tts.onnx_session import available_cores, cpu_session
 from triton_tts.stages import AcousticRunner, RunFailed
-from triton_tts.text.normalize import normalize_english
-from triton_tts.text.phonemize import EspeakPhonemizer
+from triton_tts.text.reader import TextReader
 from triton_tts.voice import ACOUSTIC_FILE, Voice
 
 Latents = list[npt.NDArray[np.float32]]
@@ -37,10 +36,12 @@ def acoustic_runner(voice_dir: Path, voice: Voice, threads: int) -> Any:
     return AcousticRunner(voice_dir / ACOUSTIC_FILE, threads, 1, 1 << 20)
 
 
-def text_ids(voice: Voice, phonemizer: EspeakPhonemizer, texts: list[str]) -> list[npt.NDArray[np.int64]]:
-    """The server's text path (normaliser, espeak-ng, the voice's symbols and framing)."""
-    symbols = phonemizer.symbols([normalize_english(t) for t in texts], voice.tokens)
-    return [np.array(voice.phonemes_to_ids(s), dtype=np.int64) for s in symbols]
+def text_ids(voice: Voice, texts: list[str]) -> list[npt.NDArray[np.int64]]:
+    """The server's text path, preprocess's own reader: the voice language's normaliser,
+    its pronunciation (espeak-ng or pinyin), the voice's symbols and framing."""
+    reader = TextReader(voice)
+    readings = reader.read([reader.normalize(t) for t in texts])
+    return [np.array(r.ids, dtype=np.int64) for r in readings]
 
 
 def latents(voice_dir: Path, texts: list[str]) -> Latents:
@@ -48,7 +49,7 @@ def latents(voice_dir: Path, texts: list[str]) -> Latents:
     vocoder receives them: through the same runner the Triton acoustic model uses."""
     voice = Voice.load(voice_dir)
     runner = acoustic_runner(voice_dir, voice, threads=2)
-    ids = text_ids(voice, EspeakPhonemizer(voice.phonemizer_language), texts)
+    ids = text_ids(voice, texts)
     scales = [np.array([0.0, voice.length_scale, 0.0], dtype=np.float32)] * len(ids)
     result = []
     for item in runner.run(ids, scales):

@@ -128,6 +128,12 @@
     }
     el.voice.value = voices.has(chosen) ? chosen : body.default || "";
     aliases = body.aliases || {};
+    if (body.speed) {  // the server's own bounds, not a copy of them
+      for (const input of [el.speed, el.speedRange]) {
+        input.min = String(body.speed.min);
+        input.max = String(body.speed.max);
+      }
+    }
     describeVoice();
   }
 
