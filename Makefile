@@ -29,7 +29,7 @@ IMAGE_WHEELS := .wheelhouse/py312
 CLIENT_WHEELS := .wheelhouse/client
 # Read from their one homes: the local tritonserver (the lock) and the build backend (pyproject).
 LOCAL_SERVER := $(shell grep -o '^nvidia-pytriton==[0-9.]*' $(LOCK))
-BUILD_BACKEND := $(shell grep -o 'setuptools==[0-9.]*' pyproject.toml)
+BUILD_BACKEND := $(shell grep -o 'hatchling==[0-9.]*' pyproject.toml)
 HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
@@ -109,15 +109,9 @@ repo: setup-serve
 serve: setup-serve
 	$(BIN)/triton-tts serve --voice voices/joe --model-repository $(REPOSITORY) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) --gateway-port $(GATEWAY_PORT)
 
-# triton_tts is a namespace package of three portions (pyproject.toml, [tool.setuptools]): the
-# checkout's triton_tts/ and those under client/ and export_scripts/. The editable install
-# finds them by setuptools' import hook, which import-linter's file walk does not follow, so
-# it is given the portions' roots (it adds the checkout itself).
-PORTIONS := client:export_scripts
-
 lint: setup
 	$(BIN)/ruff check .
-	PYTHONPATH=$(PORTIONS) $(BIN)/lint-imports --no-logo
+	$(BIN)/lint-imports --no-logo
 	$(BIN)/ruff format --check .
 	$(HELM) lint helm/triton-tts --strict
 

@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import zipfile
 from importlib import metadata
 from pathlib import Path
 
@@ -96,26 +97,55 @@ def test_the_image_set_satisfies_the_serving_ranges() -> None:
 
 
 @pytest.fixture(scope="module")
-def base_install(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh virtualenv with the wheel of the committed tree and no extras, offline."""
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The wheel of the committed tree, built offline, and that tree."""
     if not (CLIENT_WHEELS / ".complete").exists():
         pytest.fail(f"no wheels at {CLIENT_WHEELS}: run `make setup`")
     scratch = tmp_path_factory.mktemp("base")
     source = committed_tree(scratch / "src")
     offline = ["--no-index", "--find-links", str(CLIENT_WHEELS)]
-    built = subprocess.run(
+    done = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", *offline, "-w", str(scratch / "dist"),
          str(source)],
         capture_output=True, text=True, check=False, env={**os.environ, "PIP_CONFIG_FILE": os.devnull},
     )  # fmt: skip
-    assert built.returncode == 0, built.stderr[-3000:]
+    assert done.returncode == 0, done.stderr[-3000:]
     # Set-up prints nothing to puzzle over: no "Package would be ignored" or other warning.
-    assert "Warning" not in built.stdout + built.stderr, built.stdout + built.stderr
+    assert "Warning" not in done.stdout + done.stderr, done.stdout + done.stderr
     (wheel,) = (scratch / "dist").glob("triton_tts-*.whl")
-    venv = scratch / "venv"
+    return wheel, source
+
+
+@pytest.fixture(scope="module")
+def base_install(built: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh virtualenv with the wheel and no extras, offline."""
+    venv = tmp_path_factory.mktemp("base-venv") / "venv"
     run([sys.executable, "-m", "venv", venv])  # from this virtualenv's base interpreter
-    run([venv / "bin" / "pip", "install", "-q", *offline, wheel])
+    run([venv / "bin" / "pip", "install", "-q", "--no-index", "--find-links", str(CLIENT_WHEELS), built[0]])
     return venv
+
+
+@pytest.mark.image
+def test_the_wheel_merges_the_three_portions_and_the_template(built: tuple[Path, Path]) -> None:
+    """What the wheel holds is exactly the committed files of triton_tts's three portions,
+    each at its module path, and the repository template as triton_tts/model_repository/:
+    no stale build output, no test helper, no voice."""
+    wheel, source = built
+    with zipfile.ZipFile(wheel) as archive:
+        held = {name for name in archive.namelist() if ".dist-info/" not in name}
+    expected = set()
+    for path in source.rglob("*"):
+        relative = path.relative_to(source).as_posix()
+        if not path.is_file():
+            continue
+        for root in ("", "client/", "export_scripts/"):
+            if relative.startswith(root + "triton_tts/"):
+                expected.add(relative.removeprefix(root))
+        if relative.startswith("model_repository/"):
+            expected.add("triton_tts/" + relative)
+    assert "triton_tts/client/core.py" in expected and "triton_tts/export/coqui/registry.py" in expected
+    assert "triton_tts/model_repository/vocoder/1/model.py" in expected
+    assert held == expected, {"missing": sorted(expected - held), "extra": sorted(held - expected)}
 
 
 @pytest.mark.image

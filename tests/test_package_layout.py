@@ -1,6 +1,6 @@
-"""The package's shape: every package folder ships in the wheel, each portion of the
-namespace package lies in the checkout as its module path, and serving loads none of the
-export's code when it is imported.
+"""The package's shape: each portion of the namespace package lies in the checkout where
+Python, mypy and the wheel find it, and serving loads none of the export's code when it
+is imported (tests/test_install_sets.py checks what the wheel holds).
 
 The layers, the absence of cycles, the client's independence and the test helpers' place
 are import-linter's contracts (pyproject.toml, `make lint`; one test here runs it). What it
@@ -29,8 +29,6 @@ PYPROJECT = ROOT / "pyproject.toml"
 # Export-only dependencies (the `export` extra) and our packages that need them or exist
 # for tests: serving must load none of them.
 EXPORT_ONLY = ("torch", "TTS", "triton_tts.export", "testkit")
-# Packages of data only (no __init__.py): the repository template and the gateway's page.
-DATA_PACKAGES = ("triton_tts.model_repository", "triton_tts.gateway.static")
 # Only importable inside Triton's Python backend (its stub provides part of it).
 PB_UTILS = "triton_python_backend_utils"
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
@@ -41,29 +39,19 @@ def within(module: str, *packages: str) -> bool:
     return any(module == p or module.startswith(p + ".") for p in packages)
 
 
-def package_dirs(pyproject: Path = PYPROJECT) -> dict[str, Path]:
-    """Package name -> source folder, for every package the wheel holds: under the folder
-    of its nearest mapped ancestor ([tool.setuptools.package-dir]), else its dotted path."""
-    setuptools = tomllib.loads(pyproject.read_text(encoding="utf-8"))["tool"]["setuptools"]
-    mapped: dict[str, str] = setuptools.get("package-dir", {})
-    folders = {}
-    for package in setuptools["packages"]:
-        parts = package.split(".")
-        folder = Path(*parts)
-        for depth in range(len(parts), 0, -1):
-            if (prefix := ".".join(parts[:depth])) in mapped:
-                folder = Path(mapped[prefix], *parts[depth:])
-                break
-        folders[package] = pyproject.parent / folder
-    return folders
+# The roots that hold triton_tts's three portions (a namespace package: pyproject.toml,
+# [tool.hatch.build.targets.wheel]).
+PORTIONS = (ROOT, ROOT / "client", ROOT / "export_scripts")
 
 
-def wheel_modules(pyproject: Path = PYPROJECT) -> dict[str, Path]:
-    """Dotted module name -> source file, for every module of every package the wheel holds."""
+def wheel_modules() -> dict[str, Path]:
+    """Dotted module name -> source file, for every module of the three portions."""
     modules = {}
-    for package, folder in package_dirs(pyproject).items():
-        for source in folder.glob("*.py"):
-            modules[package if source.stem == "__init__" else f"{package}.{source.stem}"] = source
+    for root in PORTIONS:
+        for source in sorted((root / "triton_tts").rglob("*.py")):
+            parts = source.relative_to(root).with_suffix("").parts
+            if "__pycache__" not in parts:
+                modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = source
     return modules
 
 
@@ -109,44 +97,30 @@ def loaded_at_import(graph: dict[str, set[str]], module: str) -> set[str]:
     return seen
 
 
-def test_every_package_folder_is_in_the_wheel() -> None:
-    """pyproject.toml lists packages one by one: a new subpackage left out of the list
-    would be missing from the wheel while the checkout still works."""
-    packages = package_dirs()
-    assert packages["triton_tts.export.coqui"] == ROOT / "export_scripts" / "triton_tts" / "export" / "coqui"
-    for package, folder in packages.items():
-        # Without __init__.py: the namespace package, the repository template and the
-        # folders of package data.
-        assert (
-            (folder / "__init__.py").is_file() or within(package, *DATA_PACKAGES) or package == "triton_tts"
-        )
-        for child in folder.iterdir():
-            if (child / "__init__.py").is_file():
-                assert f"{package}.{child.name}" in packages, f"{child} is not in pyproject's packages"
-            # A folder of package data with an importable name is listed too (setuptools
-            # warns otherwise); the models' version folders ("1") are not importable names.
-            if child.is_dir() and child.name.isidentifier() and child.name != "__pycache__":
-                assert f"{package}.{child.name}" in packages, f"{child} is not in pyproject's packages"
-
-
 def test_the_portions_lie_as_python_finds_them() -> None:
-    """Every package of code is its module path under one of the portions' roots, the roots
-    mypy, import-linter and Python are given: no tool needs a view or a mapping of its own.
-    Only the repository template (package data, never imported) is mapped by name."""
+    """The same three roots for Python (the editable install's path entries), mypy
+    (mypy_path) and the wheel; a package lives in one portion only, and none of them makes
+    triton_tts a regular package, which would hide the other two."""
     config = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))
-    roots = [ROOT, ROOT / "client", ROOT / "export_scripts"]
+    wheel = config["tool"]["hatch"]["build"]["targets"]["wheel"]
+    assert sorted(ROOT / d for d in wheel["dev-mode-dirs"]) == sorted(PORTIONS)
     mypy_path = config["tool"]["mypy"]["mypy_path"].replace("$MYPY_CONFIG_FILE_DIR", str(ROOT))
-    assert sorted(Path(p) for p in mypy_path.split(",")) == sorted(roots)
-    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
-    assert "PORTIONS := client:export_scripts" in makefile
-    assert not (ROOT / "triton_tts" / "__init__.py").exists()  # a namespace package (PEP 420)
-    for package, folder in package_dirs().items():
-        if within(package, "triton_tts.model_repository"):
-            continue
-        homes = [root for root in roots if folder == root.joinpath(*package.split("."))]
-        assert homes, f"{package} is at {folder.relative_to(ROOT)}, not its module path under a root"
-        for root in roots:  # and nowhere else: a package in two portions would shadow itself
-            assert root in homes or not (root.joinpath(*package.split(".")) / "__init__.py").exists()
+    assert sorted(Path(p) for p in mypy_path.split(",")) == sorted(PORTIONS)
+    assert sorted(ROOT / p for p in wheel["only-include"] if p != "model_repository") == sorted(
+        root / "triton_tts" for root in PORTIONS
+    )
+    for root in PORTIONS:
+        assert not (root / "triton_tts" / "__init__.py").exists(), root
+    packages = [name for name, source in wheel_modules().items() if source.name == "__init__.py"]
+    assert len(packages) == len(set(packages))  # in one portion each
+    assert {"triton_tts.client", "triton_tts.export", "triton_tts.export.coqui", "triton_tts.text"} <= set(
+        packages
+    )
+    probe = "import json, triton_tts; print(json.dumps(list(triton_tts.__path__)))"
+    done = subprocess.run([sys.executable, "-c", probe], cwd="/", capture_output=True, text=True, check=True)
+    assert sorted(Path(p) for p in json.loads(done.stdout)) == sorted(
+        root / "triton_tts" for root in PORTIONS
+    )
 
 
 def test_import_linter_keeps_the_contracts() -> None:

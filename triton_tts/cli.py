@@ -512,17 +512,25 @@ def _missing_extra(err: ModuleNotFoundError) -> str | None:
         requirements = metadata.requires("triton-tts") or []
     except metadata.PackageNotFoundError:
         return None
+    sizes: dict[str, int] = {}  # requirements per extra
+    providers = []  # the extras that require the missing distribution
     for requirement in requirements:
         name = re.match(r"[A-Za-z0-9._-]+", requirement)
         extra = re.search(r"extra\s*==\s*['\"]([^'\"]+)['\"]", requirement)
-        if name and extra and _normalized(name.group()) == wanted:
-            group = extra.group(1)
-            what = module if _normalized(module) == wanted else f"{module} ({name.group()})"
-            return (
-                f"{what} is not installed (the {group} extra): pip install 'triton-tts[{group}]'"
-                f" (from a checkout: pip install -e '.[{group}]')"
-            )
-    return None
+        if extra:
+            sizes[extra.group(1)] = sizes.get(extra.group(1), 0) + 1
+            if name and _normalized(name.group()) == wanted:
+                providers.append((extra.group(1), name.group()))
+    if not providers:
+        return None
+    # The smallest extra that brings it: an extra may include another's requirements
+    # (dev has serve's), so the one that names it for its own sake is the smallest.
+    group, distribution = min(providers, key=lambda p: (sizes[p[0]], p[0]))
+    what = module if _normalized(module) == wanted else f"{module} ({distribution})"
+    return (
+        f"{what} is not installed (the {group} extra): pip install 'triton-tts[{group}]'"
+        f" (from a checkout: pip install -e '.[{group}]')"
+    )
 
 
 def _normalized(distribution: str) -> str:
