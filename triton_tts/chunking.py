@@ -170,6 +170,32 @@ def _sentences(text: str) -> list[_Piece]:
     return sentences
 
 
+def settled_sentences(text: str) -> int:
+    """For a text still being written (an LLM's, piece by piece): the offset up to which it
+    is whole sentences that no later piece can change, 0 if none yet. A sentence end is
+    settled once the next word has begun, since its case tells "e.g. apples" and "Go.
+    Then" apart (and a digit "3." from "3.5"); a CJK end mark needs nothing after it; a
+    paragraph break or a list item, text after it."""
+    settled = 0
+    for end in _END.finditer(text):
+        cjk = any(mark in _CJK_ENDS for mark in end["marks"])
+        if (cjk or text[end.end() :].strip()) and _ends_sentence(text, end):
+            settled = end.end()
+    for brk in _LINE_BREAK.finditer(text):
+        if text[brk.end() :].strip():
+            settled = max(settled, brk.start())
+    return settled
+
+
+def clause_cut(text: str) -> int:
+    """The offset after the last clause break of ``text`` (",;:—–" before a space, or
+    "，、；："), 0 if there is none: where a long clause may go before its sentence ends."""
+    cut = 0
+    for brk in _CLAUSE_BREAK.finditer(text):
+        cut = brk.end()
+    return cut
+
+
 def _split_at(piece: _Piece, boundary: re.Pattern[str]) -> list[_Piece]:
     parts, start, spaced = [], 0, piece.spaced
     for brk in boundary.finditer(piece.text):

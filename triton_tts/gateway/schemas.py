@@ -91,6 +91,26 @@ def _text(value: str, info: ValidationInfo) -> str:
     return value
 
 
+def _piece(value: str, info: ValidationInfo) -> str:
+    """An ``append``'s text: any piece of what is being written (a space, a word, a part of
+    one), within --max-input-chars; the stream keeps at most that much unspoken."""
+    configured = (info.context or {}).get("max_input_chars")
+    limit = MAX_LONG_TEXT_CHARS if configured is None else min(configured, MAX_LONG_TEXT_CHARS)
+    if len(value) > limit:
+        raise PydanticCustomError(
+            "string_above_max_length",
+            "'text' has {length} characters; this server takes at most {limit}",
+            {"length": len(value), "limit": limit},
+        )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise PydanticCustomError(
+            "invalid_value", "'text' is not valid Unicode (a lone surrogate at {at})", {"at": err.start}
+        ) from None
+    return value
+
+
 def _model_id(value: str) -> str:
     if value not in MODEL_IDS:
         raise PydanticCustomError(
@@ -140,14 +160,13 @@ Noise = Annotated[
 ]
 
 
-class _Synthesis(BaseModel):
-    """What the speech request and the WebSocket's ``speak`` share."""
+class _Voicing(BaseModel):
+    """How to speak: what the speech request, ``speak`` and a text stream's ``start`` share."""
 
     # strict: a number is a JSON number, a string a JSON string (no "1.5" for 1.5, no
     # true for 1); unknown fields (OpenAI's ``instructions``) are ignored.
     model_config = ConfigDict(strict=True, allow_inf_nan=False, extra="ignore", frozen=True)
 
-    input: Annotated[str, AfterValidator(_text), Field(description="a string of text to speak")]
     voice: Annotated[
         str | None,
         Field(
@@ -158,6 +177,17 @@ class _Synthesis(BaseModel):
     speed: Speed = 1.0
     noise_scale: Noise = None
     noise_w: Noise = None
+
+
+class _Synthesis(_Voicing):
+    """What the speech request and the WebSocket's ``speak`` share: the voicing and a text."""
+
+    input: Annotated[str, AfterValidator(_text), Field(description="a string of text to speak")]
+
+
+PcmFormat = Annotated[
+    Literal["s16le", "f32le"], _or_default("s16le"), Field(description=" or ".join(WS_FORMATS))
+]
 
 
 class SpeechBody(_Synthesis):
@@ -179,9 +209,14 @@ class Speak(_Synthesis):
     """The WebSocket's ``speak``: the speech request's fields, and PCM's sample format."""
 
     type: Literal["speak"]
-    format: Annotated[
-        Literal["s16le", "f32le"], _or_default("s16le"), Field(description=" or ".join(WS_FORMATS))
-    ] = "s16le"
+    format: PcmFormat = "s16le"
+
+
+class StartText(_Voicing):
+    """A text stream's optional first message: how to speak the text that ``append`` brings."""
+
+    type: Literal["start"]
+    format: PcmFormat = "s16le"
 
 
 class _Message(BaseModel):
@@ -196,11 +231,33 @@ class Ping(_Message):
     type: Literal["ping"]
 
 
-ClientMessage = Annotated[Speak | Cancel | Ping, Field(discriminator="type")]
+class Append(_Message):
+    """A piece of a text being written (an LLM's tokens), spoken as its sentences settle."""
+
+    type: Literal["append"]
+    text: Annotated[str, AfterValidator(_piece), Field(description="a string, a piece of the text")]
+
+
+class Flush(_Message):
+    """Speak what the text stream holds now, settled or not."""
+
+    type: Literal["flush"]
+
+
+class End(_Message):
+    """The text stream is whole: speak the rest, then ``end``."""
+
+    type: Literal["end"]
+
+
+Message = Speak | StartText | Append | Flush | End | Cancel | Ping
+ClientMessage = Annotated[Message, Field(discriminator="type")]
 _SPEECH_BODY = TypeAdapter(SpeechBody)
-_CLIENT_MESSAGE: TypeAdapter[Speak | Cancel | Ping] = TypeAdapter(ClientMessage)
+_CLIENT_MESSAGE: TypeAdapter[Message] = TypeAdapter(ClientMessage)
 MESSAGE_HELP = (
-    'send JSON text messages: {"type": "speak", "input": ...}, {"type": "cancel"} or {"type": "ping"}'
+    'send JSON text messages: {"type": "speak", "input": ...}; or a text stream: {"type": "start", ...} '
+    '(optional), {"type": "append", "text": ...}, {"type": "flush"}, {"type": "end"}; '
+    '{"type": "cancel"} or {"type": "ping"}'
 )
 
 
@@ -234,7 +291,7 @@ class MessageRefused(ApiError):
         self.speak = speak
 
 
-def parse_message(text: str | bytes | None, max_input_chars: int) -> Speak | Cancel | Ping:
+def parse_message(text: str | bytes | None, max_input_chars: int) -> Message:
     """A WebSocket message -> its model, or MessageRefused (an ApiError 400)."""
     if not isinstance(text, str):
         raise MessageRefused(invalid(f"a binary message: {MESSAGE_HELP}", code="invalid_message"), False)
@@ -243,7 +300,8 @@ def parse_message(text: str | bytes | None, max_input_chars: int) -> Speak | Can
     except ValidationError as err:
         errors = err.errors(include_url=False)
         speak = bool(errors) and errors[0]["loc"][:1] == ("speak",)
-        raise MessageRefused(refusal(errors, envelope="invalid_message", tagged=speak), speak) from None
+        # Every field's location starts with its message's type (the union's tag).
+        raise MessageRefused(refusal(errors, envelope="invalid_message", tagged=True), speak) from None
 
 
 _NO_MESSAGE_TYPE = {"union_tag_not_found", "union_tag_invalid"}
@@ -251,7 +309,7 @@ _CUSTOM = {"invalid_value", "empty_input", "string_above_max_length", "model_not
 
 
 def _wants(field: str) -> str:
-    for model in (SpeechBody, Speak):
+    for model in (SpeechBody, Speak, Append):
         info = model.model_fields.get(field)
         if info is not None and info.description:
             return info.description

@@ -1,5 +1,8 @@
 """``WS /v1/audio/speech/ws``: ``speak`` messages in, a JSON ``start``, one binary PCM
-message per chunk and a JSON ``end`` out; one synthesis at a time per socket.
+message per chunk and a JSON ``end`` out; one synthesis at a time per socket. Or a text
+stream: an optional ``start``, ``append`` pieces as they are written, ``flush``, ``end``;
+each sentence is synthesised as soon as its end is settled (:mod:`.text_stream`), and the
+audio comes back in order, between one ``start`` and one ``end``.
 
 Its limits (each a flag of ``triton-tts gateway``): a message is at most
 ``--max-body-bytes`` (uvicorn refuses a bigger one from its frame header, close code
@@ -28,12 +31,24 @@ from triton_tts.gateway import audio
 from triton_tts.gateway.access import allowed_origin, authorized, caller_of, key_digest, key_of
 from triton_tts.gateway.errors import ApiError, from_tts_error, invalid
 from triton_tts.gateway.metrics import CANCELLED, OK, GatewayMetrics
-from triton_tts.gateway.schemas import MessageRefused, Speak, SpeechRequest, parse_message
+from triton_tts.gateway.schemas import (
+    Append,
+    End,
+    Flush,
+    MessageRefused,
+    Speak,
+    SpeechRequest,
+    StartText,
+    parse_message,
+)
 from triton_tts.gateway.settings import GatewaySettings
+from triton_tts.gateway.text_stream import CLAUSE_WAIT_S, TextStream
 from triton_tts.gateway.voices import Voices
 
 log = logging.getLogger(__name__)
 
+# A text stream holds at most this much unspoken text (and --max-input-chars, if lower).
+MAX_HELD_CHARS = 4000
 OpenSpeech = Callable[[SpeechRequest], Awaitable[tuple[AudioChunk, AsyncGenerator[AudioChunk, None]]]]
 TRY_AGAIN_LATER = 1013  # WebSocket close code: the server cannot take it now
 POLICY = 1008  # close code: refused (origin, key)
@@ -97,6 +112,12 @@ class SpeechSocket:
         self.task: asyncio.Task[None] | None = None
         self.request_id = 0
         self.key = key_of(self.ws.headers, self.ws.query_params)
+        # The text stream open on this socket (its worker is self.task), if any.
+        self.stream: TextStream | None = None
+        self.stream_queue: asyncio.Queue[str | None] = asyncio.Queue()
+        self.stream_ending = False
+        self.awaiting_text = False  # the stream's worker waits for text: the socket may idle
+        self.pause_timer: asyncio.TimerHandle | None = None
 
     async def send_json(self, message: dict[str, Any]) -> None:
         async with self.send_lock:
@@ -151,7 +172,7 @@ class SpeechSocket:
     async def receive_until_closed(self) -> None:
         idle_s = self.settings.ws_idle_timeout_s  # 0: never closed for idling
         while True:
-            if self.task is not None and not self.task.done():
+            if self.task is not None and not self.task.done() and not self.awaiting_text:
                 self.last_active = time.monotonic()  # a synthesis running is not idle
             wait = self.last_active + idle_s - time.monotonic() if idle_s > 0 else None
             if wait is not None and wait <= 0:
@@ -189,6 +210,8 @@ class SpeechSocket:
                 return
             self.request_id += 1
             self.task = asyncio.create_task(self.speak(self.request_id, message))
+        elif isinstance(message, (StartText, Append, Flush, End)):
+            await self.text_message(message)
         elif message.type == "cancel":
             if await self.cancel():
                 await self.send_json({"type": "cancelled", "id": self.request_id})
@@ -203,8 +226,70 @@ class SpeechSocket:
             None, invalid("a synthesis is in progress: wait for its end or send cancel", code="busy_socket")
         )
 
+    async def text_message(self, message: StartText | Append | Flush | End) -> None:
+        """A text stream's message: open one (``start``, or the first ``append``), add to
+        it, speak what it holds (``flush``), or close it (``end``)."""
+        if isinstance(message, StartText) or self.stream is None:
+            if self.busy():  # a speak, or (for start) a text stream already open
+                await self.refuse_busy()
+                return
+            if isinstance(message, (Flush, End)):
+                refused = invalid("no text stream is open: send append first", code="no_text_stream")
+                await self.error(None, refused)
+                return
+            self.open_stream(message if isinstance(message, StartText) else StartText(type="start"))
+            if isinstance(message, StartText):
+                return
+        assert self.stream is not None
+        if self.stream_ending:
+            await self.error(
+                self.request_id,
+                invalid("the text stream is ending: wait for its end, or send cancel", code="busy_socket"),
+            )
+            return
+        if isinstance(message, Append):
+            try:
+                ready = self.stream.append(message.text)
+            except ValueError as err:
+                await self.error(self.request_id, invalid(str(err), "text", "text_stream_full"))
+                return
+            self.queue_texts(ready)
+            if self.pause_timer is not None:
+                self.pause_timer.cancel()
+            self.pause_timer = asyncio.get_running_loop().call_later(CLAUSE_WAIT_S, self.writer_paused)
+            return
+        self.queue_texts(self.stream.flush())
+        if isinstance(message, End):
+            self.stream_ending = True
+            self.stream_queue.put_nowait(None)
+
+    def open_stream(self, voicing: StartText) -> None:
+        self.request_id += 1
+        self.stream = TextStream(min(self.settings.max_input_chars, MAX_HELD_CHARS))
+        self.stream_queue = asyncio.Queue()
+        self.stream_ending = False
+        self.task = asyncio.create_task(self.speak_stream(self.request_id, voicing, self.stream_queue))
+
+    def queue_texts(self, texts: list[str]) -> None:
+        for text in texts:
+            self.stream_queue.put_nowait(text)
+
+    def writer_paused(self) -> None:
+        self.pause_timer = None
+        if self.stream is not None and not self.stream_ending:
+            self.queue_texts(self.stream.paused())
+
+    def close_stream(self) -> None:
+        """The stream's text is dropped (its end, a cancel, an error)."""
+        if self.pause_timer is not None:
+            self.pause_timer.cancel()
+            self.pause_timer = None
+        self.stream, self.stream_ending, self.awaiting_text = None, False, False
+
     async def cancel(self) -> bool:
-        """Cancel the synthesis in progress (its gRPC call with it); True if there was one."""
+        """Cancel the synthesis in progress (its gRPC call with it) and drop a text stream's
+        unspoken text; True if there was one."""
+        self.close_stream()
         task, self.task = self.task, None
         if task is None or task.done():
             return False
@@ -242,17 +327,7 @@ class SpeechSocket:
                     "voice": request.voice,
                 }
             )
-            chunks, samples = 0, 0
-            async with aclosing(rest):
-                chunk: AudioChunk | None = first
-                while chunk is not None:
-                    data = (
-                        audio.to_pcm16(chunk.audio) if fmt == "s16le" else chunk.audio.astype("<f4").tobytes()
-                    )
-                    await self.send_bytes(data)
-                    synthesis.audio_sent(len(chunk.audio) / chunk.sample_rate)
-                    chunks, samples = chunks + 1, samples + len(chunk.audio)
-                    chunk = await anext(rest, None)
+            chunks, samples = await self.send_audio(first, rest, fmt, synthesis)
             await self.send_json(
                 {
                     "type": "end",
@@ -284,6 +359,89 @@ class SpeechSocket:
             self.last_active = time.monotonic()
             if self.ws.application_state != WebSocketState.CONNECTED:
                 log.debug("socket closed during request %d", request_id)
+
+    async def send_audio(
+        self, first: AudioChunk, rest: AsyncGenerator[AudioChunk, None], fmt: str, synthesis: Any
+    ) -> tuple[int, int]:
+        """One binary message per chunk, as it comes; the chunks and samples sent."""
+        chunks, samples = 0, 0
+        async with aclosing(rest):
+            chunk: AudioChunk | None = first
+            while chunk is not None:
+                data = audio.to_pcm16(chunk.audio) if fmt == "s16le" else chunk.audio.astype("<f4").tobytes()
+                await self.send_bytes(data)
+                synthesis.audio_sent(len(chunk.audio) / chunk.sample_rate)
+                chunks, samples = chunks + 1, samples + len(chunk.audio)
+                chunk = await anext(rest, None)
+        return chunks, samples
+
+    async def speak_stream(
+        self, request_id: int, voicing: StartText, queue: asyncio.Queue[str | None]
+    ) -> None:
+        """A text stream's synthesis: its texts in order, each a streamed request, their
+        audio between one ``start`` and one ``end``; an error ends the stream."""
+        synthesis = self.metrics.synthesis("websocket")
+        synthesis.format = voicing.format
+        outcome = CANCELLED
+        chunks, samples, texts, rate = 0, 0, 0, 0
+        started = time.monotonic()
+        try:
+            name, speaker = await self.voices.resolve(voicing.voice)
+            while True:
+                self.awaiting_text = queue.empty()
+                text = await queue.get()
+                self.awaiting_text = False
+                if text is None:
+                    break
+                request = SpeechRequest(
+                    text,
+                    name,
+                    speaker,
+                    voicing.speed,
+                    "pcm",
+                    noise_scale=voicing.noise_scale,
+                    noise_w=voicing.noise_w,
+                    caller=caller_of(self.settings, self.key, self.ws.client),
+                )
+                first, rest = await self.open_speech(request)
+                if not rate:
+                    rate = first.sample_rate
+                    start = {"type": "start", "id": request_id, "sample_rate": rate, "channels": 1}
+                    await self.send_json({**start, "format": voicing.format, "voice": name})
+                sent = await self.send_audio(first, rest, voicing.format, synthesis)
+                chunks, samples, texts = chunks + sent[0], samples + sent[1], texts + 1
+            await self.send_json(
+                {
+                    "type": "end",
+                    "id": request_id,
+                    "chunks": chunks,
+                    "samples": samples,
+                    "texts": texts,
+                    "audio_seconds": samples / rate if rate else 0.0,
+                    "synthesis_seconds": time.monotonic() - started,
+                }
+            )
+            outcome = OK
+        except ApiError as err:
+            outcome = err.code or "error"
+            await self.error(request_id, err)
+        except TTSError as err:
+            api_error = from_tts_error(err, self.settings)
+            outcome = api_error.code or "error"
+            log.warning("text stream %d ended early: %s", request_id, err)
+            await self.error(request_id, api_error)
+        except WebSocketDisconnect:
+            pass
+        except Exception as err:  # a bug: said on the socket, logged with its traceback
+            outcome = "internal_error"
+            log.exception("text stream %d failed", request_id)
+            with suppress(Exception):
+                await self.error(request_id, ApiError(500, f"internal error: {err}", "internal_error"))
+        finally:
+            synthesis.end(outcome)
+            if self.stream_queue is queue:  # still this socket's stream (not a newer one)
+                self.close_stream()
+            self.last_active = time.monotonic()
 
     async def heartbeat(self) -> None:
         """A ping message whenever nothing was sent for ``heartbeat_s`` (idle or not)."""

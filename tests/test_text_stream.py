@@ -1,0 +1,102 @@
+"""A text that arrives as it is written: where its sentences settle, and what goes to
+synthesis when (triton_tts/chunking.py's settled_sentences, triton_tts/gateway/text_stream.py).
+The property: however a text is cut into pieces, the texts sent join to the text, and each
+settled cut is one that the whole text's chunking (split_text) also makes."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from testkit.sample_texts import PARAGRAPH
+from triton_tts.chunking import CHUNK_CHARS, clause_cut, settled_sentences, split_text
+from triton_tts.gateway.text_stream import MIN_CLAUSE_CHARS, TextStream
+
+
+@pytest.mark.parametrize(
+    ("text", "settled"),
+    [
+        ("Hello there. H", "Hello there."),
+        ("Hello there. ", ""),  # the next word decides ("e.g. apples")
+        ("Hello there.", ""),
+        ("Dr. Smith is here. Then", "Dr. Smith is here."),
+        ("It costs 3.", ""),  # "3.5" or "3. Then"
+        ("It costs 3.5 dollars. Then", "It costs 3.5 dollars."),
+        ("Use e.g. apples. More", "Use e.g. apples."),
+        ('"Stop!" she said. No', '"Stop!" she said.'),
+        ("Visit example.com today", ""),
+        ("你好。", "你好。"),  # a CJK end mark needs nothing after it
+        ("First line\n\nSecond", "First line"),
+        ("Wait... what? Yes", "Wait... what?"),
+    ],
+)
+def test_a_sentence_settles_once_the_next_word_begins(text: str, settled: str) -> None:
+    assert text[: settled_sentences(text)] == settled
+
+
+def test_clause_cut() -> None:
+    text = "When the rain came, we ran; and then"
+    assert text[: clause_cut(text)] == "When the rain came, we ran; "
+    assert clause_cut("no break here") == 0
+    assert clause_cut("a trailing comma,") == 0  # the next character is not there yet
+
+
+def _pieces(text: str, rng: random.Random) -> list[str]:
+    """The text in pieces of 1 to 7 characters, as an LLM's tokens come."""
+    pieces, at = [], 0
+    while at < len(text):
+        size = rng.randint(1, 7)
+        pieces.append(text[at : at + size])
+        at += size
+    return pieces
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_any_cut_into_pieces_sends_the_whole_text_at_sentence_ends(seed: int) -> None:
+    rng = random.Random(seed)
+    text = " ".join(rng.sample(PARAGRAPH.split(". "), 4)) + " Dr. Smith paid $3.50 at 5 p.m. on Monday."
+    stream = TextStream(max_held_chars=4000)
+    sent = [ready for piece in _pieces(text, rng) for ready in stream.append(piece)]
+    rest = stream.flush()
+    assert "".join([*sent, *rest]).replace(" ", "") == text.replace(" ", "")
+    whole = split_text(text)
+    boundaries = {"".join(whole[: i + 1]).replace(" ", "") for i in range(len(whole))}
+    for i in range(len(sent)):  # each cut made on the way is one the whole text's chunking has
+        so_far = "".join(sent[: i + 1]).replace(" ", "")
+        assert any(b.startswith(so_far) for b in boundaries), sent[: i + 1]
+    assert all(t.strip() == t and t for t in sent)
+
+
+def test_a_long_clause_goes_when_the_writer_pauses_and_a_short_one_waits() -> None:
+    stream = TextStream(max_held_chars=4000)
+    short = "Well, "
+    assert stream.append(short) == [] and stream.paused() == []
+    stream.flush()
+    clause = "When the weather turns cold in the northern valleys, the "
+    assert len(clause.split(",", maxsplit=1)[0]) >= MIN_CLAUSE_CHARS
+    assert stream.append(clause) == []
+    assert stream.paused() == ["When the weather turns cold in the northern valleys,"]
+    assert stream.held == "the "
+
+
+def test_a_run_with_no_end_goes_at_its_clauses_or_words_past_the_chunk_limit() -> None:
+    stream = TextStream(max_held_chars=4000)
+    words = "many words without any end " * 40
+    sent = stream.append(words)
+    assert sent and all(len(t) <= CHUNK_CHARS for t in sent)
+    assert len(stream.held) <= CHUNK_CHARS
+
+
+def test_the_held_text_is_bounded() -> None:
+    stream = TextStream(max_held_chars=50)
+    stream.append("a" * 30)
+    with pytest.raises(ValueError, match="at most 50"):
+        stream.append("b" * 30)
+    assert stream.held == "a" * 30  # the refused piece is not kept
+
+
+def test_nothing_to_say_is_not_sent() -> None:
+    stream = TextStream(max_held_chars=4000)
+    assert stream.append("* * *\n\nHello") == []
+    assert stream.flush() == ["Hello"]
