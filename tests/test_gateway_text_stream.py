@@ -18,7 +18,7 @@ from websockets.sync.client import connect
 from websockets.sync.connection import Connection
 
 from tests.helpers import running_gateway
-from tests.test_gateway_ws import LONG_TEXT, next_json, receive, speak_and_collect, ws_url
+from tests.test_gateway_ws import LONG_TEXT, closed_with, next_json, receive, speak_and_collect, ws_url
 from triton_tts.intelligibility import transcribe, word_error_rate
 from triton_tts.server import TritonServer
 
@@ -188,3 +188,16 @@ def test_the_held_text_is_bounded_by_the_input_limit(server: TritonServer) -> No
         send(ws, type="end")  # what was held is still spoken
         _, pcm, end = collect(ws)
         assert end["texts"] == 1 and len(pcm) > 0
+
+
+def test_a_stream_waiting_for_text_idles_out(server: TritonServer) -> None:
+    """A writer that stops for good does not hold the socket: while the stream waits for
+    text, --ws-idle-timeout-s counts (a synthesis running does not)."""
+    args = ("--ws-idle-timeout-s", "1", "--heartbeat-s", "0.3")
+    with running_gateway(server.grpc_url, *args) as base, connect(ws_url(base)) as ws:
+        send(ws, type="append", text="A sentence that is never finished")
+        idle_from = time.monotonic()
+        messages, code = closed_with(ws)
+        assert code == 1000, messages
+        assert [m["error"]["code"] for m in messages if m["type"] == "error"] == ["idle_timeout"]
+        assert 0.8 < time.monotonic() - idle_from < 10
