@@ -137,6 +137,7 @@ bench: setup bench-peers
 	$(BIN)/python -m benchmarks.streaming
 	$(BIN)/python -m benchmarks.first_audio
 	$(BIN)/python -m benchmarks.gateway
+	$(BIN)/python -m benchmarks.text_stream
 	$(BIN)/python -m benchmarks.peers
 
 bench-peers: .bench/piper/bin/python .bench/coqui/bin/tts-server

@@ -132,6 +132,17 @@ def test_gateway_harness_smoke(server: TritonServer, gateway: str, tmp_path: Pat
     assert assert_stamped_report(out) == results
 
 
+def test_text_stream_harness_smoke(server: TritonServer, gateway: str, tmp_path: Path) -> None:
+    from benchmarks import text_stream as harness
+
+    out = tmp_path / "text_stream.json"
+    argv = ["--url-grpc", server.grpc_url, "--gateway", gateway, "--texts", "2", "--out", str(out)]
+    results = harness.main(argv)
+    assert len(results["runs"]) == 2
+    assert results["first_audio_after_sentence_p50_s"] > 0 and results["speak_first_audio_p50_s"] > 0
+    assert assert_stamped_report(out) == results
+
+
 @pytest.mark.export
 def test_coqui_stage_benchmark_smoke(tmp_path: Path) -> None:
     from benchmarks import coqui_stages
