@@ -361,6 +361,57 @@ def test_symbols(text: str, expected: str) -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
+        ("Call 555-0123.", "Call five five five, zero one two three."),
+        ("Call (212) 123-4567 today", "Call two one two, one two three, four five six seven today"),
+        ("at 415.555.0199", "at four one five, five five five, zero one nine nine"),
+        ("dial 1-800-555-0199", "dial one, eight zero zero, five five five, zero one nine nine"),
+        ("+44 20 7946 0958", "plus four four, two zero, seven nine four six, zero nine five eight"),
+        # not telephone numbers: ranges, scores, years, dates
+        ("from 100-1000 people", "from one hundred-one thousand people"),
+        ("pages 200-3000", "pages two hundred-three thousand"),
+        ("won 3-2", "won three-two"),
+        ("in 1990-2000", "in nineteen ninety-two thousand"),
+    ],
+)
+def test_telephone_numbers_are_read_in_groups(text: str, expected: str) -> None:
+    _check(text, expected)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Add 3/4 cup.", "Add three quarters cup."),
+        ("1/2 of them", "one half of them"),
+        ("about 2/3", "about two thirds"),
+        ("a 5/8 inch bolt", "a five eighths inch bolt"),
+        ("Mix 1 1/2 cups", "Mix one and one half cups"),
+        ("1/10 of a second", "one tenth of a second"),
+        ("on 12/25/2024", "on December twenty-fifth, twenty twenty-four"),  # still a date
+        ("open 24/7", "open twenty-four/seven"),  # not a fraction to a reader
+        ("a 50/50 chance", "a fifty/fifty chance"),
+    ],
+)
+def test_fractions(text: str, expected: str) -> None:
+    _check(text, expected)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("It is 3.5x faster.", "It is three point five times faster."),
+        ("Use 2x the dose", "Use two times the dose"),
+        ("a 10x gain", "a ten times gain"),
+        ("0x1F", "zero x one F"),  # hexadecimal is not a multiplier
+        ("1920x1080", "one thousand nine hundred and twenty x one thousand and eighty"),
+    ],
+)
+def test_multipliers(text: str, expected: str) -> None:
+    _check(text, expected)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
         ("  Hello   world  ", "Hello world"),
         ("line one\nline two\ttabbed", "line one line two tabbed"),
         ("He said \u201chi\u201d \u2026", 'He said "hi" ...'),

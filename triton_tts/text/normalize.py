@@ -63,6 +63,7 @@ import unicodedata
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
+from triton_tts.text import english_context as context
 from triton_tts.text.english_data import (
     AFTER_NFKC,
     BEFORE_NFKC,
@@ -541,6 +542,9 @@ _REWRITES: tuple[_Rewrite, ...] = (
     _Rewrite(_MONTH_YEAR_DATE, _rewrite_named_month_date, needs_digits=True),
     _Rewrite(_CLOCK_TIME, _rewrite_clock_time, needs_digits=True),
     _Rewrite(_HOUR_WITH_MERIDIEM, _rewrite_hour_with_meridiem, needs_digits=True),
+    _Rewrite(context.TELEPHONE, context.say_telephone, needs_digits=True),
+    _Rewrite(context.FRACTION, context.say_fraction, needs_digits=True),
+    _Rewrite(context.MULTIPLIER, context.say_multiplier, needs_digits=True),
     _Rewrite(_ERA_YEAR, _rewrite_era_year, needs_digits=True),
     _Rewrite(_DECADE, _rewrite_decade, needs_digits=True),
     _Rewrite(_SHORT_DECADE, _rewrite_short_decade, needs_digits=True),
