@@ -203,3 +203,39 @@ def test_generated_messages_get_answers_and_the_socket_stays_open(
     for reply in seen:
         if reply["type"] == "error":
             assert reply["error"]["type"] == "invalid_request_error" and reply["error"]["code"], reply
+
+
+text_streams = st.tuples(
+    st.text(max_size=60),  # the first append opens the stream, whatever its text
+    st.lists(
+        st.fixed_dictionaries({"type": st.just("append"), "text": st.text(max_size=60) | json_values})
+        | st.just({"type": "flush"})
+        | st.just({"type": "append"}),
+        max_size=8,
+    ),
+)
+
+
+@settings(FUZZ, max_examples=25)
+@given(stream=text_streams)
+@example(stream=("Dr", [{"type": "append", "text": ". Smith paid 3"}, {"type": "append", "text": ".5x. ok"}]))
+@example(stream=("\x00\u200b", [{"type": "flush"}, {"type": "append", "text": "* * *"}]))
+def test_generated_text_streams_end_and_the_socket_stays_open(
+    gateway_logged: tuple[str, Callable[[], str]], fuzzed_socket: Connection, stream: tuple[str, list[Any]]
+) -> None:
+    """Any pieces, flushes and malformed appends, then end: the stream ends (its end, or an
+    error with its id), every error is a caller's with a code, and a ping still gets its pong."""
+    first, rest = stream
+    fuzzed_socket.send(json.dumps({"type": "append", "text": first}))
+    for message in rest:
+        fuzzed_socket.send(json.dumps(message, allow_nan=True))
+    fuzzed_socket.send(json.dumps({"type": "end"}))
+    seen = [_next_json(fuzzed_socket)]
+    while not (seen[-1]["type"] == "end" or (seen[-1]["type"] == "error" and seen[-1]["id"] is not None)):
+        seen.append(_next_json(fuzzed_socket))
+    fuzzed_socket.send(json.dumps({"type": "ping"}))
+    while seen[-1]["type"] != "pong":  # what the stream's end left unanswered, then the pong
+        seen.append(_next_json(fuzzed_socket))
+    for reply in seen:
+        if reply["type"] == "error":
+            assert reply["error"]["type"] == "invalid_request_error" and reply["error"]["code"], reply
