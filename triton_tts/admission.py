@@ -489,7 +489,8 @@ def measure_capacity(
 ) -> dict[str, tuple[float, dict[str, float]]]:
     """Each voice's capacity, measured on the warm server: ``concurrency`` sentences at once
     (twice the cores by default, so every stage instance stays busy), twice, through the
-    voice's ``tts_chunk``; audio made over the wall time. Per stage, the audio over the
+    voice's ``tts_chunk``; audio made over the wall time, the best of
+    :data:`CAPACITY_PASSES` passes. Per stage, the audio over the
     busy time Triton's statistics give (audio seconds per second per instance).
     ``voices``: name -> (tts_chunk model, is Chinese, stage models); ``headers``: the keys
     (gRPC metadata) the server's restricted APIs need; ``parameters``: the internal models'
@@ -510,6 +511,7 @@ def measure_capacity(
 
 
 RETRIES = 100  # of a sentence the stages refused for a full queue, 50 ms apart
+CAPACITY_PASSES = 2
 
 
 def _measure_voice(
@@ -556,21 +558,26 @@ def _measure_voice(
         finally:
             own.close()
 
-    try:
+    def measured_pass() -> tuple[float, dict[str, float]]:
         before = busy()
         started = time.monotonic()
         with concurrent.futures.ThreadPoolExecutor(count) as pool:
             audio = sum(pool.map(one, range(2 * count)))
         wall = time.monotonic() - started
         after = busy()
+        per_stage = {
+            stage: audio / (after[stage] - before.get(stage, 0.0))
+            for stage in stages
+            if after.get(stage, 0.0) > before.get(stage, 0.0)
+        }
+        return audio / wall, per_stage
+
+    try:
+        # The best of the passes: what else runs on the machine at start only ever slows a
+        # pass down, and a capacity measured low refuses work the server would have done.
+        return max((measured_pass() for _ in range(CAPACITY_PASSES)), key=lambda m: m[0])
     finally:
         client.close()
-    per_stage = {
-        stage: audio / (after[stage] - before.get(stage, 0.0))
-        for stage in stages
-        if after.get(stage, 0.0) > before.get(stage, 0.0)
-    }
-    return audio / wall, per_stage
 
 
 def ceil_s(seconds: float) -> int:
