@@ -88,12 +88,18 @@ def test_a_run_with_no_end_goes_at_its_clauses_or_words_past_the_chunk_limit() -
     assert len(stream.held) <= CHUNK_CHARS
 
 
-def test_the_held_text_is_bounded() -> None:
+def test_the_unspoken_text_is_bounded_held_or_queued() -> None:
     stream = TextStream(max_held_chars=50)
     stream.append("a" * 30)
     with pytest.raises(ValueError, match="at most 50"):
         stream.append("b" * 30)
     assert stream.held == "a" * 30  # the refused piece is not kept
+    stream = TextStream(max_held_chars=50)
+    (sent,) = stream.append("Thirty characters, a sentence. N")  # settled: queued, not held
+    with pytest.raises(ValueError, match="32 unspoken"):
+        stream.append("x" * 20)
+    stream.started(sent)  # its synthesis began: room again
+    assert stream.append("x" * 20) == []
 
 
 def test_nothing_to_say_is_not_sent() -> None:

@@ -393,6 +393,8 @@ class SpeechSocket:
                 self.awaiting_text = False
                 if text is None:
                     break
+                if self.stream is not None and self.stream_queue is queue:
+                    self.stream.started(text)
                 request = SpeechRequest(
                     text,
                     name,

@@ -17,21 +17,23 @@ MIN_CLAUSE_CHARS = 40
 
 
 class TextStream:
-    """The text written so far and not yet sent to synthesis."""
+    """The text written so far and not yet sent to synthesis (``held``), and how much of
+    what was sent waits for its synthesis to start (``queued``)."""
 
     def __init__(self, max_held_chars: int) -> None:
         self.max_held_chars = max_held_chars
         self.held = ""
-        self.sent_chars = 0
+        self.queued = 0
 
     def append(self, piece: str) -> list[str]:
         """Add a piece; the texts now ready (settled sentences, or a cut of a text held
-        past :data:`CHUNK_CHARS` with no end in sight). ValueError if the held text would
-        pass ``max_held_chars``."""
-        if len(self.held) + len(piece) > self.max_held_chars:
+        past :data:`CHUNK_CHARS` with no end in sight). ValueError if the unspoken text
+        (held, or queued for synthesis) would pass ``max_held_chars``."""
+        unspoken = len(self.held) + self.queued
+        if unspoken + len(piece) > self.max_held_chars:
             raise ValueError(
-                f"the text stream holds {len(self.held)} unspoken characters and this piece has "
-                f"{len(piece)}; at most {self.max_held_chars} are held: send flush, or end sentences"
+                f"the text stream holds {unspoken} unspoken characters and this piece has "
+                f"{len(piece)}; at most {self.max_held_chars} wait: send less at once, or wait for audio"
             )
         self.held += piece
         ready = self._take(settled_sentences(self.held))
@@ -50,11 +52,14 @@ class TextStream:
         """Everything held, settled or not."""
         return self._take(len(self.held))
 
-    def drop(self) -> None:
-        self.held = ""
+    def started(self, text: str) -> None:
+        """A text sent on its way has begun its synthesis: it no longer waits."""
+        self.queued = max(0, self.queued - len(text))
 
     def _take(self, cut: int) -> list[str]:
         text, self.held = self.held[:cut].strip(), self.held[cut:]
-        self.sent_chars += cut
         # Nothing to say ("* * *", a lone quote): no request, as the long-text models skip it.
-        return [text] if text and pronounceable(text) else []
+        if not (text and pronounceable(text)):
+            return []
+        self.queued += len(text)
+        return [text]
