@@ -144,9 +144,11 @@ def test_cancel_stops_the_audio_and_drops_the_text(socket: Connection) -> None:
     assert end["texts"] == 1 and 0.3 < len(pcm) / 22050 < 3.0
 
 
-def error_of(ws: Connection) -> dict[str, Any]:
+def error_of(ws: Connection, ends_the_stream: bool = False) -> dict[str, Any]:
+    """The next message, an error: only one that ends a text stream carries its id."""
     message = next_json(ws)
     assert message["type"] == "error", message
+    assert (message["id"] is not None) == ends_the_stream, message
     return dict(message["error"])
 
 
@@ -163,7 +165,7 @@ def test_bad_text_stream_messages_get_errors_and_the_socket_serves_on(socket: Co
     send(socket, type="start", speed=99)
     assert error_of(socket)["param"] == "speed"
     send(socket, type="start", voice="nobody")
-    unknown = error_of(socket)  # the stream ends with its error
+    unknown = error_of(socket, ends_the_stream=True)
     assert unknown["param"] == "voice" and unknown["code"] == "invalid_value", unknown
     send(socket, type="start")
     send(socket, type="start")

@@ -241,17 +241,17 @@ class SpeechSocket:
             if isinstance(message, StartText):
                 return
         assert self.stream is not None
+        # A refused message leaves the stream going: its error has no id (as a refused speak),
+        # which only an error that ends the stream carries.
         if self.stream_ending:
-            await self.error(
-                self.request_id,
-                invalid("the text stream is ending: wait for its end, or send cancel", code="busy_socket"),
-            )
+            ending = "the text stream is ending: wait for its end, or send cancel"
+            await self.error(None, invalid(ending, code="busy_socket"))
             return
         if isinstance(message, Append):
             try:
                 ready = self.stream.append(message.text)
             except ValueError as err:
-                await self.error(self.request_id, invalid(str(err), "text", "text_stream_full"))
+                await self.error(None, invalid(str(err), "text", "text_stream_full"))
                 return
             self.queue_texts(ready)
             if self.pause_timer is not None:
