@@ -160,7 +160,7 @@ Noise = Annotated[
 ]
 
 
-class _Voicing(BaseModel):
+class Voicing(BaseModel):
     """How to speak: what the speech request, ``speak`` and a text stream's ``start`` share."""
 
     # strict: a number is a JSON number, a string a JSON string (no "1.5" for 1.5, no
@@ -179,7 +179,7 @@ class _Voicing(BaseModel):
     noise_w: Noise = None
 
 
-class _Synthesis(_Voicing):
+class _Synthesis(Voicing):
     """What the speech request and the WebSocket's ``speak`` share: the voicing and a text."""
 
     input: Annotated[str, AfterValidator(_text), Field(description="a string of text to speak")]
@@ -212,7 +212,7 @@ class Speak(_Synthesis):
     format: PcmFormat = "s16le"
 
 
-class StartText(_Voicing):
+class StartText(Voicing):
     """A text stream's optional first message: how to speak the text that ``append`` brings."""
 
     type: Literal["start"]

@@ -39,6 +39,7 @@ from triton_tts.gateway.schemas import (
     Speak,
     SpeechRequest,
     StartText,
+    Voicing,
     parse_message,
 )
 from triton_tts.gateway.settings import GatewaySettings
@@ -300,34 +301,14 @@ class SpeechSocket:
 
     async def speak(self, request_id: int, message: Speak) -> None:
         synthesis = self.metrics.synthesis("websocket")
-        outcome = CANCELLED  # unless it ends otherwise: a cancel message or a closed socket
-        fmt = message.format
-        synthesis.format = fmt
-        try:
+        synthesis.format = message.format
+
+        async def work() -> None:
             name, speaker = await self.voices.resolve(message.voice)
-            request = SpeechRequest(
-                message.input,
-                name,
-                speaker,
-                message.speed,
-                "pcm",
-                noise_scale=message.noise_scale,
-                noise_w=message.noise_w,
-                caller=caller_of(self.settings, self.key, self.ws.client),
-            )
             started = time.monotonic()
-            first, rest = await self.open_speech(request)
-            await self.send_json(
-                {
-                    "type": "start",
-                    "id": request_id,
-                    "sample_rate": first.sample_rate,
-                    "channels": 1,
-                    "format": fmt,
-                    "voice": request.voice,
-                }
-            )
-            chunks, samples = await self.send_audio(first, rest, fmt, synthesis)
+            first, rest = await self.open_speech(self.request_for(message.input, name, speaker, message))
+            await self.send_start(request_id, first.sample_rate, message.format, name)
+            chunks, samples = await self.send_audio(first, rest, message.format, synthesis)
             await self.send_json(
                 {
                     "type": "end",
@@ -338,27 +319,63 @@ class SpeechSocket:
                     "synthesis_seconds": time.monotonic() - started,
                 }
             )
-            outcome = OK
-        except ApiError as err:
-            outcome = err.code or "error"
-            await self.error(request_id, err)
-        except TTSError as err:  # after the first chunk
-            api_error = from_tts_error(err, self.settings)
-            outcome = api_error.code or "error"
-            log.warning("speak %d ended early: %s", request_id, err)
-            await self.error(request_id, api_error)
-        except WebSocketDisconnect:
-            pass
-        except Exception as err:  # a bug: said on the socket, logged with its traceback
-            outcome = "internal_error"
-            log.exception("speak %d failed", request_id)
-            with suppress(Exception):
-                await self.error(request_id, ApiError(500, f"internal error: {err}", "internal_error"))
+
+        outcome = CANCELLED  # unless it ends otherwise: a cancel message or a closed socket
+        try:
+            outcome = await self.answered(request_id, "speak", work)
         finally:
             synthesis.end(outcome)
             self.last_active = time.monotonic()
             if self.ws.application_state != WebSocketState.CONNECTED:
                 log.debug("socket closed during request %d", request_id)
+
+    def request_for(self, text: str, voice: str, speaker: int | None, voicing: Voicing) -> SpeechRequest:
+        """A synthesis of ``text`` as ``speak`` or a text stream's ``start`` asks for it."""
+        return SpeechRequest(
+            text,
+            voice,
+            speaker,
+            voicing.speed,
+            "pcm",
+            noise_scale=voicing.noise_scale,
+            noise_w=voicing.noise_w,
+            caller=caller_of(self.settings, self.key, self.ws.client),
+        )
+
+    async def send_start(self, request_id: int, sample_rate: int, fmt: str, voice: str) -> None:
+        await self.send_json(
+            {
+                "type": "start",
+                "id": request_id,
+                "sample_rate": sample_rate,
+                "channels": 1,
+                "format": fmt,
+                "voice": voice,
+            }
+        )
+
+    async def answered(self, request_id: int, what: str, work: Callable[[], Awaitable[None]]) -> str:
+        """Run a request's ``work`` (``what``: speak or text stream, for the log); its
+        outcome. Its error, if any, is said on the socket with its id; a bug's is logged
+        with its traceback. A cancel (or a closed socket) leaves it CANCELLED."""
+        try:
+            await work()
+            return OK
+        except ApiError as err:
+            await self.error(request_id, err)
+            return err.code or "error"
+        except TTSError as err:  # after the first chunk
+            api_error = from_tts_error(err, self.settings)
+            log.warning("%s %d ended early: %s", what, request_id, err)
+            await self.error(request_id, api_error)
+            return api_error.code or "error"
+        except WebSocketDisconnect:
+            return CANCELLED
+        except Exception as err:  # a bug: said on the socket, logged with its traceback
+            log.exception("%s %d failed", what, request_id)
+            with suppress(Exception):
+                await self.error(request_id, ApiError(500, f"internal error: {err}", "internal_error"))
+            return "internal_error"
 
     async def send_audio(
         self, first: AudioChunk, rest: AsyncGenerator[AudioChunk, None], fmt: str, synthesis: Any
@@ -382,10 +399,10 @@ class SpeechSocket:
         audio between one ``start`` and one ``end``; an error ends the stream."""
         synthesis = self.metrics.synthesis("websocket")
         synthesis.format = voicing.format
-        outcome = CANCELLED
-        chunks, samples, texts, rate = 0, 0, 0, 0
-        started = time.monotonic()
-        try:
+
+        async def work() -> None:
+            chunks, samples, texts, rate = 0, 0, 0, 0
+            started = time.monotonic()
             name, speaker = await self.voices.resolve(voicing.voice)
             while True:
                 self.awaiting_text = queue.empty()
@@ -395,21 +412,10 @@ class SpeechSocket:
                     break
                 if self.stream is not None and self.stream_queue is queue:
                     self.stream.started(text)
-                request = SpeechRequest(
-                    text,
-                    name,
-                    speaker,
-                    voicing.speed,
-                    "pcm",
-                    noise_scale=voicing.noise_scale,
-                    noise_w=voicing.noise_w,
-                    caller=caller_of(self.settings, self.key, self.ws.client),
-                )
-                first, rest = await self.open_speech(request)
+                first, rest = await self.open_speech(self.request_for(text, name, speaker, voicing))
                 if not rate:
                     rate = first.sample_rate
-                    start = {"type": "start", "id": request_id, "sample_rate": rate, "channels": 1}
-                    await self.send_json({**start, "format": voicing.format, "voice": name})
+                    await self.send_start(request_id, rate, voicing.format, name)
                 sent = await self.send_audio(first, rest, voicing.format, synthesis)
                 chunks, samples, texts = chunks + sent[0], samples + sent[1], texts + 1
             await self.send_json(
@@ -423,22 +429,10 @@ class SpeechSocket:
                     "synthesis_seconds": time.monotonic() - started,
                 }
             )
-            outcome = OK
-        except ApiError as err:
-            outcome = err.code or "error"
-            await self.error(request_id, err)
-        except TTSError as err:
-            api_error = from_tts_error(err, self.settings)
-            outcome = api_error.code or "error"
-            log.warning("text stream %d ended early: %s", request_id, err)
-            await self.error(request_id, api_error)
-        except WebSocketDisconnect:
-            pass
-        except Exception as err:  # a bug: said on the socket, logged with its traceback
-            outcome = "internal_error"
-            log.exception("text stream %d failed", request_id)
-            with suppress(Exception):
-                await self.error(request_id, ApiError(500, f"internal error: {err}", "internal_error"))
+
+        outcome = CANCELLED
+        try:
+            outcome = await self.answered(request_id, "text stream", work)
         finally:
             synthesis.end(outcome)
             if self.stream_queue is queue:  # still this socket's stream (not a newer one)
