@@ -117,6 +117,23 @@ def level(calls: dict[str, Call], concurrency: int, rounds: int) -> dict[str, An
     return out
 
 
+def server_and_gateway(stack: ExitStack, grpc_url: str | None, gateway: str | None) -> tuple[str, str]:
+    """The running Triton and gateway given, or an own server (default build options) and
+    gateway on free ports, stopped with ``stack``: their gRPC address and base URL."""
+    if grpc_url and gateway:
+        return grpc_url, gateway
+    from triton_tts.gateway.command import start_child, wait_live
+    from triton_tts.server import default_voice_server, free_port
+
+    server = stack.enter_context(default_voice_server())
+    port = free_port()
+    child = start_child(port, server.grpc_url)
+    stack.callback(child.wait, 60)
+    stack.callback(child.terminate)
+    wait_live(port, child)
+    return server.grpc_url, f"http://localhost:{port}"
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 4, 8])
@@ -126,20 +143,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", type=Path, default=Path("results/gateway.json"))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    from triton_tts.gateway.command import start_child, wait_live
-    from triton_tts.server import default_voice_server, free_port
-
     with ExitStack() as stack:
-        if args.url_grpc and args.gateway:
-            grpc_url, gateway = args.url_grpc, args.gateway
-        else:
-            server = stack.enter_context(default_voice_server())
-            grpc_url, port = server.grpc_url, free_port()
-            child = start_child(port, grpc_url)
-            stack.callback(child.wait, 60)
-            stack.callback(child.terminate)
-            wait_live(port, child)
-            gateway = f"http://localhost:{port}"
+        grpc_url, gateway = server_and_gateway(stack, args.url_grpc, args.gateway)
         calls = timed(grpc_url, gateway)
         for name in PATHS:  # warm every path once
             calls[name](SENTENCES[0], False)

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 from websockets.sync.client import connect
 
+from benchmarks.gateway import server_and_gateway
 from benchmarks.stamp import stamp, write_report
 from testkit.sample_texts import SENTENCES
 
@@ -101,20 +102,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", type=Path, default=Path("results/text_stream.json"))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    from triton_tts.gateway.command import start_child, wait_live
-    from triton_tts.server import default_voice_server, free_port
-
     with ExitStack() as stack:
-        if args.url_grpc and args.gateway:
-            gateway = args.gateway
-        else:
-            server = stack.enter_context(default_voice_server())
-            port = free_port()
-            child = start_child(port, server.grpc_url)
-            stack.callback(child.wait, 60)
-            stack.callback(child.terminate)
-            wait_live(port, child)
-            gateway = f"http://localhost:{port}"
+        _, gateway = server_and_gateway(stack, args.url_grpc, args.gateway)
         spoken_whole(gateway, SENTENCES[0])  # warm
         runs, wholes = [], []
         for i in range(args.texts):  # one after the other: one socket at a time

@@ -18,7 +18,14 @@ from websockets.sync.client import connect
 from websockets.sync.connection import Connection
 
 from tests.helpers import running_gateway
-from tests.test_gateway_ws import LONG_TEXT, closed_with, next_json, receive, speak_and_collect, ws_url
+from tests.test_gateway_ws import (
+    LONG_TEXT,
+    closed_with,
+    collect_frames,
+    next_json,
+    receive,
+    ws_url,
+)
 from triton_tts.intelligibility import transcribe, word_error_rate
 from triton_tts.server import TritonServer
 
@@ -51,20 +58,9 @@ def pieces(text: str, seed: int = 0) -> list[str]:
 
 def collect(ws: Connection) -> tuple[dict[str, Any], npt.NDArray[np.float32], dict[str, Any]]:
     """start, the PCM (s16le) of every frame, end."""
-    start = next_json(ws)
-    assert start["type"] == "start", start
-    frames: list[bytes] = []
-    while True:
-        message = receive(ws)
-        if isinstance(message, bytes):
-            frames.append(message)
-            continue
-        parsed = json.loads(message)
-        if parsed["type"] == "ping":
-            continue
-        assert parsed["type"] == "end", parsed
-        pcm = np.frombuffer(b"".join(frames), dtype="<i2").astype(np.float32) / 32768
-        return start, pcm, parsed
+    start, frames, end = collect_frames(ws)
+    assert end["type"] == "end", end
+    return start, np.frombuffer(b"".join(frames), dtype="<i2").astype(np.float32) / 32768, end
 
 
 def test_pieces_as_written_are_spoken_sentence_by_sentence(socket: Connection) -> None:
@@ -77,8 +73,8 @@ def test_pieces_as_written_are_spoken_sentence_by_sentence(socket: Connection) -
     assert end["texts"] == SENTENCES  # each sentence its own synthesis, none cut inside
     assert end["samples"] == len(streamed) and end["audio_seconds"] == pytest.approx(len(streamed) / 22050)
     # As intelligible as the same text sent at once.
-    _, frames, _ = speak_and_collect(socket, TEXT, noise_scale=0.0, noise_w=0.0)
-    whole = np.frombuffer(b"".join(frames), dtype="<i2").astype(np.float32) / 32768
+    send(socket, type="speak", input=TEXT, noise_scale=0.0, noise_w=0.0)
+    _, whole, _ = collect(socket)
     rate = start["sample_rate"]
     streamed_wer = word_error_rate([TEXT], [transcribe(streamed, rate)])
     whole_wer = word_error_rate([TEXT], [transcribe(whole, rate)])

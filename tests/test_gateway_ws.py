@@ -70,6 +70,11 @@ def speak_and_collect(
     ws: Connection, text: str, **options: Any
 ) -> tuple[dict[str, Any], list[bytes], dict[str, Any]]:
     ws.send(json.dumps({"type": "speak", "input": text, **options}))
+    return collect_frames(ws)
+
+
+def collect_frames(ws: Connection) -> tuple[dict[str, Any], list[bytes], dict[str, Any]]:
+    """A synthesis's start, its binary frames, and the JSON message after them."""
     start = next_json(ws)
     assert start["type"] == "start", start
     frames: list[bytes] = []
