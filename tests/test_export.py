@@ -30,7 +30,7 @@ def io_names(path: Path) -> tuple[list[str], list[str]]:
 def test_public_tensor_names(exported: Path) -> None:
     assert io_names(exported / ACOUSTIC_FILE) == (
         ["PHONEME_IDS", "PHONEME_LENGTH", "SCALES"],
-        ["LATENT", "FRAME_COUNT"],
+        ["LATENT", "FRAME_COUNT", "DURATIONS"],
     )
     assert io_names(exported / VOCODER_FILE) == (["LATENT"], ["WAVEFORM"])
 

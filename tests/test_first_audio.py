@@ -80,8 +80,13 @@ def test_the_loopback_sends_to_this_server_and_reports_its_errors(
     # the loopback carries the models' token, as inside the server (triton_tts/internal.py)
     monkeypatch.setenv(internal.TOKEN_ENV, server.internal_parameters()[internal.PARAMETER])
     loopback = Loopback(server.grpc_url, priority=1)
-    audio, rate = loopback.synthesize("tts_chunk", "Hello there.", [], "loopback-test/0")
+    audio, rate, words, times = loopback.synthesize("tts_chunk", "Hello there.", [], "loopback-test/0")
     assert rate == 22050 and audio.dtype == np.float32 and audio.size > rate // 4
+    assert words is None and times is None  # not asked for
+    timestamps = [("TIMESTAMPS", np.array([[True]]))]
+    _, _, words, times = loopback.synthesize("tts_chunk", "Hello there.", timestamps, "loopback-test/1")
+    assert words is not None and times is not None
+    assert [w.decode() for w in words.reshape(-1)] == ["Hello", "there."] and times.shape == (1, 2, 2)
     with pytest.raises(LoopbackFailed) as refused:
         loopback.synthesize("tts_chunk", "Hello.", [("SPEED", np.array([[9.0]], dtype=np.float32))], "bad/0")
     assert refused.value.error.code_name == "INVALID_ARG" and "SPEED" in refused.value.error.message()

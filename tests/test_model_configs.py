@@ -80,7 +80,14 @@ def test_long_text_models() -> None:
     models = load_variant("cpu", model_configs.render())
     assert models["tts_stream"].model_transaction_policy.decoupled
     assert not models["tts"].model_transaction_policy.decoupled
-    assert [t.name for t in models["tts_stream"].output] == ["AUDIO", "SAMPLE_RATE", "CHUNK_INDEX", "IS_LAST"]
+    assert [t.name for t in models["tts_stream"].output] == [
+        "AUDIO",
+        "SAMPLE_RATE",
+        "WORDS",
+        "WORD_TIMES",
+        "CHUNK_INDEX",
+        "IS_LAST",
+    ]
     for name in ("tts", "tts_stream"):
         assert [t.name for t in models[name].input] == [t.name for t in models["tts_chunk"].input]
         voices = json.loads(models[name].parameters["voices"].string_value)

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -43,7 +43,8 @@ from triton_tts.pacing import Pacer
 from triton_tts.request_options import read_options, read_text
 from triton_tts.text.frontend import is_chinese, normalizer
 from triton_tts.text.speaks import pronounceable
-from triton_tts.validation import MAX_LONG_TEXT_CHARS, InvalidRequest, NothingToSay
+from triton_tts.text.words import Word, WordClock, tokens
+from triton_tts.validation import MAX_LONG_TEXT_CHARS, InvalidRequest, NothingToSay, check_timestamps
 
 # Inputs sent on with every chunk as the client sent them (VOICE chose the ensemble).
 CHUNK_OPTIONS = ("SPEED", "SPEAKER_ID", "NOISE_SCALE", "NOISE_W")
@@ -110,6 +111,11 @@ class LongTextRequest:
     caller: str = ""  # the request's "caller" parameter (the gateway names API keys' callers)
     audio_s: float = 0.0  # predicted audio of all chunks (admission)
     first_audio_s: float = 0.0  # of the first chunk
+    written: list[str] | None = None  # TIMESTAMPS: the text's words as written
+
+    def word_clock(self) -> WordClock | None:
+        """The request's word timestamps, chunk by chunk (None: TIMESTAMPS not asked)."""
+        return None if self.written is None else WordClock(self.written, self.chunks)
 
 
 CHINESE_CHARS_SCALE = 0.25  # 400 -> 100 characters, about 20 s of Mandarin
@@ -171,6 +177,8 @@ def read_request(
     def says_something(piece: str) -> bool:
         return pronounceable(piece, voice.tokens)
 
+    if options.timestamps:
+        check_timestamps(voice.name, voice.timestamps)
     spoken = normalizer(voice.language)(text) if options.normalize else text
     if not says_something(spoken):
         raise NothingToSay()
@@ -181,6 +189,8 @@ def read_request(
         t for name in CHUNK_OPTIONS if (t := pb_utils.get_input_tensor_by_name(request, name)) is not None
     ]
     extras.append(pb_utils.Tensor("NORMALIZE", np.array([[False]], dtype=np.bool_)))
+    if options.timestamps:
+        extras.append(pb_utils.Tensor("TIMESTAMPS", np.array([[True]], dtype=np.bool_)))
 
     def audio_s(texts: list[str]) -> float:
         return limits.audio_seconds(sum(len(t) for t in texts), options.speed, options.noise_w)
@@ -196,6 +206,7 @@ def read_request(
         caller=read_caller(request),
         audio_s=audio_s(chunks),
         first_audio_s=audio_s(chunks[:1]),
+        written=tokens(text) if options.timestamps else None,
     )
 
 
@@ -213,7 +224,29 @@ def read_caller(request: Any) -> str:
     return caller[:MAX_CALLER_CHARS] if isinstance(caller, str) else ""
 
 
-Audio = tuple[npt.NDArray[np.float32], int]  # samples, sample rate
+class Audio(NamedTuple):
+    """A chunk's audio, and with TIMESTAMPS the words its ensemble timed (the chunk's
+    own words) with [start, end] seconds from the chunk's start."""
+
+    samples: npt.NDArray[np.float32]
+    rate: int
+    words: list[str] | None = None
+    times: npt.NDArray[np.float32] | None = None
+
+
+def timed(names: list[str]) -> bool:
+    """Whether a chunk's inputs ask for word timestamps."""
+    return "TIMESTAMPS" in names
+
+
+def chunk_words(
+    words: npt.NDArray[Any], times: npt.NDArray[Any]
+) -> tuple[list[str], npt.NDArray[np.float32]]:
+    """WORDS and WORD_TIMES of a chunk's answer as a list and [n, 2]."""
+    decoded = [w.decode("utf-8") if isinstance(w, bytes) else str(w) for w in words.reshape(-1)]
+    return decoded, times.reshape(-1, 2).astype(np.float32, copy=False)
+
+
 # How a chunk reaches its ensemble: (model, text, extras, chunk id) -> audio, or ChunkFailed.
 ChunkSender = Callable[[str, str, list[Any], str], Audio]
 
@@ -221,9 +254,10 @@ ChunkSender = Callable[[str, str, list[Any], str], Audio]
 def send_by_bls(model: str, text: str, extras: list[Any], chunk_id: str) -> Audio:
     """One chunk through the voice's ensemble, a blocking BLS call (default priority)."""
     inputs = [pb_utils.Tensor("TEXT", np.array([[text.encode("utf-8")]], dtype=np.object_)), *extras]
+    with_words = timed([t.name() for t in extras])
     response = pb_utils.InferenceRequest(
         model_name=model,
-        requested_output_names=["AUDIO", "SAMPLE_RATE"],
+        requested_output_names=["AUDIO", "SAMPLE_RATE", *(["WORDS", "WORD_TIMES"] if with_words else [])],
         inputs=inputs,
         request_id=chunk_id,
         parameters=internal.parameters(),  # what the stages answer (triton_tts/internal.py)
@@ -233,7 +267,13 @@ def send_by_bls(model: str, text: str, extras: list[Any], chunk_id: str) -> Audi
         raise ChunkFailed(error.message(), error.code() if hasattr(error, "code") else None)
     audio = pb_utils.get_output_tensor_by_name(response, "AUDIO").as_numpy().reshape(-1)
     rate = int(pb_utils.get_output_tensor_by_name(response, "SAMPLE_RATE").as_numpy().reshape(-1)[0])
-    return audio.astype(np.float32, copy=False), rate
+    if not with_words:
+        return Audio(audio.astype(np.float32, copy=False), rate)
+    words, times = chunk_words(
+        pb_utils.get_output_tensor_by_name(response, "WORDS").as_numpy(),
+        pb_utils.get_output_tensor_by_name(response, "WORD_TIMES").as_numpy(),
+    )
+    return Audio(audio.astype(np.float32, copy=False), rate, words, times)
 
 
 class PrioritySender:
@@ -259,7 +299,10 @@ class PrioritySender:
         if time.monotonic() >= self._off_until:
             options = [(t.name(), t.as_numpy()) for t in extras]
             try:
-                return self.loopback.synthesize(model, text, options, chunk_id, priority)
+                audio, rate, words, times = self.loopback.synthesize(model, text, options, chunk_id, priority)
+                if words is None or times is None:
+                    return Audio(audio, rate)
+                return Audio(audio, rate, *chunk_words(words, times))
             except LoopbackFailed as err:  # the server's answer: as by BLS
                 code = getattr(pb_utils.TritonError, err.error.code_name, pb_utils.TritonError.INTERNAL)
                 raise ChunkFailed(err.error.message(), code) from err
@@ -285,7 +328,9 @@ def synthesize_chunk(
     said in halves, joined, until the pieces fit; nothing long fails on it. A piece with
     nothing to pronounce (a cut can leave one of punctuation) is silence."""
     if not says_something(text):
-        return np.zeros(0, dtype=np.float32), 0
+        if timed([t.name() for t in extras]):
+            return Audio(np.zeros(0, dtype=np.float32), 0, [], np.zeros((0, 2), np.float32))
+        return Audio(np.zeros(0, dtype=np.float32), 0)
     try:
         return send(model, text, extras, chunk_id)
     except ChunkFailed as err:
@@ -297,11 +342,22 @@ def synthesize_chunk(
         raise
 
 
-def _joined(parts: list[tuple[npt.NDArray[np.float32], int]]) -> tuple[npt.NDArray[np.float32], int]:
-    rate = next((rate for _, rate in parts if rate), 0)  # 0: no piece was said
-    spoken = [audio for audio, _ in parts if audio.size]
-    joined = [join_edges(audio, rate, i, len(spoken)) for i, audio in enumerate(spoken)]
-    return np.concatenate([np.zeros(0, dtype=np.float32), *joined]).astype(np.float32, copy=False), rate
+def _joined(parts: list[Audio]) -> Audio:
+    rate = next((part.rate for part in parts if part.rate), 0)  # 0: no piece was said
+    spoken = [part for part in parts if part.samples.size]
+    joined = [join_edges(part.samples, rate, i, len(spoken)) for i, part in enumerate(spoken)]
+    samples = np.concatenate([np.zeros(0, dtype=np.float32), *joined]).astype(np.float32, copy=False)
+    if any(part.words is None for part in parts):
+        return Audio(samples, rate)
+    words: list[str] = []
+    times: list[npt.NDArray[np.float32]] = []
+    offset = 0
+    for part in spoken:  # each piece's words, from the joined audio's start
+        assert part.words is not None and part.times is not None
+        words.extend(part.words)
+        times.append(part.times + np.float32(offset / rate))
+        offset += part.samples.size
+    return Audio(samples, rate, words, np.concatenate([np.zeros((0, 2), np.float32), *times]))
 
 
 @dataclass(frozen=True)
@@ -328,8 +384,8 @@ def in_order(
     cancellation: Cancellation | None = None,
     pacer: Pacer | None = None,
     senders: Senders = TEXTS,
-) -> Iterator[tuple[int, npt.NDArray[np.float32], int]]:
-    """Yield (index, joined audio, rate) in reading order, ``window`` chunks in flight.
+) -> Iterator[tuple[int, Audio]]:
+    """Yield (index, joined audio) in reading order, ``window`` chunks in flight.
 
     Later chunks are synthesised while earlier ones are delivered; the caller has sent a
     chunk when it asks for the next. With a ``pacer`` (streams), a later chunk starts
@@ -364,9 +420,10 @@ def in_order(
                 senders.for_chunk(submitted, pacer),
             )
             submitted += 1
-        audio, rate = pending.pop(index).result()
-        joined = join_edges(audio, rate, index, count)
-        yield index, joined, rate
+        said = pending.pop(index).result()
+        rate = said.rate
+        joined = join_edges(said.samples, rate, index, count)
+        yield index, said._replace(samples=joined)
         if pacer is not None and rate:
             pacer.sent(joined.size / rate)
 
@@ -400,3 +457,17 @@ def outcome(err: Exception) -> str:
             pb_utils.TritonError.CANCELLED: "cancelled",
         }.get(err.code, "failed")
     return "failed"
+
+
+def chunk_times(times: npt.NDArray[np.float32] | None) -> npt.NDArray[np.float32]:
+    """A chunk's WORD_TIMES, [0, 2] when it had none."""
+    return np.zeros((0, 2), np.float32) if times is None else times
+
+
+def word_tensors(words: list[Word]) -> list[Any]:
+    """WORDS [1, n] and WORD_TIMES [1, n, 2] (seconds from the start of the audio)."""
+    times = np.array([[w.start, w.end] for w in words], dtype=np.float32).reshape(-1, 2)
+    return [
+        pb_utils.Tensor("WORDS", np.array([[w.text.encode("utf-8") for w in words]], dtype=np.object_)),
+        pb_utils.Tensor("WORD_TIMES", times[None]),
+    ]

@@ -23,7 +23,9 @@ _T = TypeVar("_T")
 DEFAULT_CHUNK_LIMITS = ChunkLimits(
     MAX_CHUNK_IDS, 4160, ((0.0, 3.716), (1.0, 3.951), (2.0, 15.506)), seconds_per_char=0.0729
 ).to_json()
-DEFAULT_VOICE = VoiceInfo("joe", "en-us", 22050, {}, chunk_limits=json.loads(DEFAULT_CHUNK_LIMITS))
+DEFAULT_VOICE = VoiceInfo(
+    "joe", "en-us", 22050, {}, chunk_limits=json.loads(DEFAULT_CHUNK_LIMITS), timestamps=True
+)
 
 
 @dataclass(frozen=True)

@@ -106,8 +106,9 @@ class Loopback:
         options: Sequence[tuple[str, npt.NDArray[np.generic]]],
         chunk_id: str,
         priority: int | None = None,
-    ) -> tuple[npt.NDArray[np.float32], int]:
-        """One chunk -> (audio, sample rate). ``options``: (input name, [1, 1] array) pairs
+    ) -> tuple[npt.NDArray[np.float32], int, npt.NDArray[Any] | None, npt.NDArray[Any] | None]:
+        """One chunk -> (audio, sample rate, WORDS, WORD_TIMES; the last two None unless a
+        TIMESTAMPS option asks for them). ``options``: (input name, [1, 1] array) pairs
         sent with TEXT; ``priority``: this chunk's, else the loopback's. Raises
         :class:`LoopbackFailed` with Triton's error, or :class:`Unreachable` when no
         server answered."""
@@ -119,7 +120,11 @@ class Loopback:
             tensor = grpcclient.InferInput(name, list(value.shape), np_to_triton_dtype(value.dtype))
             tensor.set_data_from_numpy(value)
             inputs.append(tensor)
-        outputs = [grpcclient.InferRequestedOutput("AUDIO"), grpcclient.InferRequestedOutput("SAMPLE_RATE")]
+        names = ["AUDIO", "SAMPLE_RATE"]
+        with_words = any(name == "TIMESTAMPS" for name, _ in options)
+        if with_words:
+            names += ["WORDS", "WORD_TIMES"]
+        outputs = [grpcclient.InferRequestedOutput(name) for name in names]
         try:
             result = self._client().infer(
                 model,
@@ -139,4 +144,6 @@ class Loopback:
             raise LoopbackFailed(ChunkError(text_of, _TRITON_ANSWERS[status])) from err
         audio = result.as_numpy("AUDIO").reshape(-1).astype(np.float32, copy=False)
         rate = int(result.as_numpy("SAMPLE_RATE").reshape(-1)[0])
-        return audio, rate
+        if with_words:
+            return audio, rate, result.as_numpy("WORDS"), result.as_numpy("WORD_TIMES")
+        return audio, rate, None, None

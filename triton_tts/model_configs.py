@@ -145,7 +145,14 @@ TEXT_INPUTS: list[tuple[str, int]] = [
     ("NOISE_W", mc.TYPE_FP32),
     ("VOICE", mc.TYPE_STRING),
     ("NORMALIZE", mc.TYPE_BOOL),  # false: TEXT is read as written (tts sends its chunks so)
+    ("TIMESTAMPS", mc.TYPE_BOOL),  # true: WORDS and WORD_TIMES too (voices that have them)
 ]
+
+
+def _word_outputs(config: mc.ModelConfig) -> None:
+    """A text model's word timestamps: the words as written, [start, end] seconds each."""
+    _tensor(config.output, "WORDS", mc.TYPE_STRING, [-1])
+    _tensor(config.output, "WORD_TIMES", mc.TYPE_FP32, [-1, 2])
 
 
 def preprocess(opts: BuildOptions, voice: VoiceModels) -> mc.ModelConfig:
@@ -158,6 +165,9 @@ def preprocess(opts: BuildOptions, voice: VoiceModels) -> mc.ModelConfig:
     _tensor(config.output, "SCALES", mc.TYPE_FP32, [3])
     _tensor(config.output, "SAMPLE_RATE", mc.TYPE_INT32, [1])
     _tensor(config.output, "SPEAKER_ID", mc.TYPE_INT64, [1])
+    if voice.served.timestamps:  # the words (as written) and which word each id says
+        _tensor(config.output, "WORDS", mc.TYPE_STRING, [-1])
+        _tensor(config.output, "WORD_INDEX", mc.TYPE_INT32, [-1])
     config.dynamic_batching.max_queue_delay_microseconds = opts.queue_delay_us // 2
     _queue_policy(config, opts.stage_queue_size)
     _priorities(config)
@@ -221,6 +231,8 @@ def acoustic(opts: BuildOptions, voice: VoiceModels, variant: str = "cpu") -> mc
         warmup["SPEAKER_ID"] = (mc.TYPE_INT64, [1])
     _tensor(config.output, "LATENT", mc.TYPE_FP32, [-1, -1])
     _tensor(config.output, "FRAME_COUNT", mc.TYPE_INT64, [1], reshape=[] if native else None)
+    if voice.served.timestamps:
+        _tensor(config.output, "DURATIONS", mc.TYPE_FP32, [-1])  # frames per id
     _warmup_file(config, "sentence", warmup)
     return config
 
@@ -290,6 +302,10 @@ def postprocess(opts: BuildOptions, voice: VoiceModels) -> mc.ModelConfig:
     _tensor(config.input, "SAMPLE_RATE", mc.TYPE_INT32, [1])
     _tensor(config.output, "AUDIO", mc.TYPE_FP32, [-1])
     _tensor(config.output, "SAMPLE_RATE", mc.TYPE_INT32, [1])
+    if voice.served.timestamps:
+        _tensor(config.input, "DURATIONS", mc.TYPE_FP32, [-1], ragged=True)
+        _tensor(config.input, "WORD_INDEX", mc.TYPE_INT32, [-1], ragged=True)
+        _tensor(config.output, "WORD_TIMES", mc.TYPE_FP32, [-1, 2])
     config.dynamic_batching.max_queue_delay_microseconds = opts.queue_delay_us // 4
     _priorities(config)
     _instances(config, 1, gpu=False)
@@ -299,6 +315,8 @@ def postprocess(opts: BuildOptions, voice: VoiceModels) -> mc.ModelConfig:
 def _steps(voice: VoiceModels) -> list[tuple[str, dict[str, str], dict[str, str]]]:
     """preprocess -> acoustic -> vocoder -> postprocess, tensor by tensor."""
     speaker = {"SPEAKER_ID": "speaker_id"}
+    timed = voice.served.timestamps
+    words = {"WORDS": "WORDS", "WORD_INDEX": "word_index"} if timed else {}
     return [
         (
             voice.model("preprocess"),
@@ -309,6 +327,7 @@ def _steps(voice: VoiceModels) -> list[tuple[str, dict[str, str], dict[str, str]
                 "SCALES": "scales",
                 "SAMPLE_RATE": "sample_rate",
                 **(speaker if voice.acoustic_speaker or voice.vocoder_speaker else {}),
+                **words,
             },
         ),
         (
@@ -319,7 +338,11 @@ def _steps(voice: VoiceModels) -> list[tuple[str, dict[str, str], dict[str, str]
                 "SCALES": "scales",
                 **(speaker if voice.acoustic_speaker else {}),
             },
-            {"LATENT": "latent", "FRAME_COUNT": "frame_count"},
+            {
+                "LATENT": "latent",
+                "FRAME_COUNT": "frame_count",
+                **({"DURATIONS": "durations"} if timed else {}),
+            },
         ),
         (
             voice.model("vocoder"),
@@ -328,8 +351,17 @@ def _steps(voice: VoiceModels) -> list[tuple[str, dict[str, str], dict[str, str]
         ),
         (
             voice.model("postprocess"),
-            {"WAVEFORM": "waveform", "FRAME_COUNT": "frame_count", "SAMPLE_RATE": "sample_rate"},
-            {"AUDIO": "AUDIO", "SAMPLE_RATE": "SAMPLE_RATE"},
+            {
+                "WAVEFORM": "waveform",
+                "FRAME_COUNT": "frame_count",
+                "SAMPLE_RATE": "sample_rate",
+                **({"DURATIONS": "durations", "WORD_INDEX": "word_index"} if timed else {}),
+            },
+            {
+                "AUDIO": "AUDIO",
+                "SAMPLE_RATE": "SAMPLE_RATE",
+                **({"WORD_TIMES": "WORD_TIMES"} if timed else {}),
+            },
         ),
     ]
 
@@ -344,6 +376,8 @@ def ensemble(opts: BuildOptions, voice: VoiceModels) -> mc.ModelConfig:
         _tensor(config.input, name, dtype, [1], optional=True)
     _tensor(config.output, "AUDIO", mc.TYPE_FP32, [-1])
     _tensor(config.output, "SAMPLE_RATE", mc.TYPE_INT32, [1])
+    if voice.served.timestamps:
+        _word_outputs(config)
     for model, inputs, outputs in _steps(voice):
         step = config.ensemble_scheduling.step.add()
         step.model_name = model
@@ -360,6 +394,7 @@ def _long_text(name: str, opts: BuildOptions, streaming: bool) -> mc.ModelConfig
         _tensor(config.input, input_name, dtype, [1], optional=True)
     _tensor(config.output, "AUDIO", mc.TYPE_FP32, [-1])
     _tensor(config.output, "SAMPLE_RATE", mc.TYPE_INT32, [1])
+    _word_outputs(config)  # empty unless TIMESTAMPS (for voices that have them)
     if streaming:
         _tensor(config.output, "CHUNK_INDEX", mc.TYPE_INT32, [1])
         _tensor(config.output, "IS_LAST", mc.TYPE_BOOL, [1])

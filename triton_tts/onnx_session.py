@@ -67,3 +67,10 @@ def graph_inputs(path: Path) -> set[str]:
 
     graph = onnx.load(str(path), load_external_data=False).graph
     return {i.name for i in graph.input} - {i.name for i in graph.initializer}
+
+
+def graph_outputs(path: Path) -> set[str]:
+    """The names an ONNX file gives as outputs, read without weights."""
+    import onnx
+
+    return {o.name for o in onnx.load(str(path), load_external_data=False).graph.output}

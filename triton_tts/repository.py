@@ -30,11 +30,18 @@ from triton_tts.model_configs import (
     BuildOptions,
     VoiceModels,
 )
-from triton_tts.onnx_session import graph_inputs
+from triton_tts.onnx_session import graph_inputs, graph_outputs
 from triton_tts.stages import unpadded_twin
 from triton_tts.text.frontend import is_chinese
 from triton_tts.text.reader import TextReader
-from triton_tts.voice import ACOUSTIC_FILE, VOCODER_FILE, VOCODER_UNPADDED_FILE, VOICE_FILE, Voice
+from triton_tts.voice import (
+    ACOUSTIC_FILE,
+    PINYIN_BAKER,
+    VOCODER_FILE,
+    VOCODER_UNPADDED_FILE,
+    VOICE_FILE,
+    Voice,
+)
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +109,10 @@ def voice_models(voice: Voice, voice_dir: Path, default: bool) -> VoiceModels:
         tokens=voice.tokens,
         model=chunk_model(voice.name, default),
         chunk_limits=json.loads(calibrate(voice_dir).to_json()),
+        # Durations from the graph, and a reader that maps ids to words (not pinyin yet).
+        timestamps=voice.acoustic_kind == "single"
+        and voice.tokens != PINYIN_BAKER
+        and "DURATIONS" in graph_outputs(voice_dir / ACOUSTIC_FILE),
     )
     return VoiceModels(
         served=served,
@@ -205,11 +216,17 @@ def build_repository(
 
 
 def ensure_default_voice(voice_dir: Path | None = None) -> Path:
-    """Export the bundled Piper voice on first use (later runs reuse the folder)."""
+    """Export the bundled Piper voice on first use (later runs reuse the folder, unless it
+    is an export from before word timestamps)."""
     voice_dir = Path(voice_dir) if voice_dir is not None else paths.default_voice_dir()
+    default = voice_dir.resolve() == paths.default_voice_dir().resolve()
     if (voice_dir / VOICE_FILE).exists():
-        return voice_dir
-    if voice_dir.resolve() != paths.default_voice_dir().resolve():
+        # An export from before word timestamps is made again (the bundled voice only).
+        if not default or "DURATIONS" in graph_outputs(voice_dir / ACOUSTIC_FILE):
+            return voice_dir
+        log.info("the default voice at %s predates word timestamps: exporting it again", voice_dir)
+        shutil.rmtree(voice_dir)
+    if not default:
         raise SystemExit(f"no voice at {voice_dir} (export one with 'triton-tts export')")
     from triton_tts.export.piper import bundled_joe_paths, export_piper_voice
 

@@ -38,6 +38,7 @@ class RequestOptions:
     noise_scale: float | None
     noise_w: float | None
     normalize: bool  # NORMALIZE: false reads TEXT as written
+    timestamps: bool = False  # TIMESTAMPS: WORDS and WORD_TIMES too
 
 
 def read_text(request: Any, limit: int) -> str:
@@ -65,7 +66,7 @@ def _number(request: Any, name: str) -> float | None:
 
 def read_options(request: Any, voices: Mapping[str, int]) -> RequestOptions:
     """Check VOICE against ``voices`` (name -> speakers, the default first), then SPEED,
-    SPEAKER_ID, NOISE_SCALE, NOISE_W and NORMALIZE."""
+    SPEAKER_ID, NOISE_SCALE, NOISE_W, NORMALIZE and TIMESTAMPS."""
     name = _one(request, "VOICE")
     if isinstance(name, bytes):
         name = name.decode("utf-8", "replace")
@@ -75,6 +76,7 @@ def read_options(request: Any, voices: Mapping[str, int]) -> RequestOptions:
     noise_scale = _number(request, "NOISE_SCALE")
     noise_w = _number(request, "NOISE_W")
     normalize = _one(request, "NORMALIZE")
+    timestamps = _one(request, "TIMESTAMPS")
     return RequestOptions(
         voice=voice,
         speed=None if speed is None else check_speed(speed),
@@ -82,4 +84,5 @@ def read_options(request: Any, voices: Mapping[str, int]) -> RequestOptions:
         noise_scale=None if noise_scale is None else check_noise("NOISE_SCALE", noise_scale),
         noise_w=None if noise_w is None else check_noise("NOISE_W", noise_w),
         normalize=True if normalize is None else bool(normalize),
+        timestamps=False if timestamps is None else bool(timestamps),
     )

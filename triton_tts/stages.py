@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 
 FloatArray = npt.NDArray[np.float32]
 IntArray = npt.NDArray[np.int64]
+# An acoustic result with its frames per id (None: the graph does not say them).
+Timed = tuple[FloatArray, int, FloatArray | None]
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,20 @@ class AcousticRunner(_Runner):
         self, ids: Sequence[IntArray], scales: Sequence[FloatArray], speakers: Sequence[int] | None = None
     ) -> Iterator[tuple[int, tuple[FloatArray, int] | RunFailed]]:
         """(index, result) for each item as soon as its run is done."""
+        for i, result in self.iter_timed(ids, scales, speakers):
+            yield i, result if isinstance(result, RunFailed) else result[:2]
+
+    @property
+    def has_durations(self) -> bool:
+        """Whether the graph says its frames per id (DURATIONS: word timestamps)."""
+        return any(o.name == "DURATIONS" for o in self.session.get_outputs())
+
+    def iter_timed(
+        self, ids: Sequence[IntArray], scales: Sequence[FloatArray], speakers: Sequence[int] | None = None
+    ) -> Iterator[tuple[int, Timed | RunFailed]]:
+        """:meth:`iter_run` with each item's frames per id (None when the graph has no
+        DURATIONS output)."""
+        names = ["LATENT", "FRAME_COUNT", *(["DURATIONS"] if self.has_durations else [])]
         for group in plan_sub_batches([len(x) for x in ids], self.max_padded, self.max_items):
             padded = pad_stack([ids[i] for i in group])
             feeds = {
@@ -149,16 +165,16 @@ class AcousticRunner(_Runner):
             }
             self.add_speakers(feeds, group, speakers)
             try:
-                latent, frames = self.session.run(
-                    ["LATENT", "FRAME_COUNT"], feeds, self.run_options(padded.size)
-                )
+                outputs = self.session.run(names, feeds, self.run_options(padded.size))
             except Exception as err:  # one failing run must not take the others down
                 for i in group:
                     yield i, RunFailed(f"acoustic model failed: {err}")
                 continue
+            latent, frames = outputs[0], outputs[1]
             for row, i in enumerate(group):
                 count = int(frames[row])
-                yield i, (np.ascontiguousarray(latent[row, :, :count]), count)
+                durations = outputs[2][row, : len(ids[i])].astype(np.float32) if len(outputs) > 2 else None
+                yield i, (np.ascontiguousarray(latent[row, :, :count]), count, durations)
 
 
 def unpadded_twin(onnx_path: Path) -> Path:

@@ -146,6 +146,18 @@ class Tacotron2Runner:
         decode together, so they are done together)."""
         yield from enumerate(self.run(ids, scales, speakers))
 
+    has_durations = False  # attention, not durations: no word timestamps yet
+
+    def iter_timed(
+        self,
+        ids: Sequence[IntArray],
+        scales: Sequence[FloatArray],
+        speakers: Sequence[int] | None = None,
+    ) -> Iterator[tuple[int, tuple[FloatArray, int, None] | RunFailed]]:
+        """:meth:`iter_run` in :meth:`AcousticRunner.iter_timed`'s form."""
+        for i, result in self.iter_run(ids, scales, speakers):
+            yield i, result if isinstance(result, RunFailed) else (*result, None)
+
     def _mels(self, ids: Sequence[IntArray], speaker_ids: Sequence[int] | None) -> list[FloatArray]:
         lengths = np.array([len(row) for row in ids], dtype=np.int64)
         feeds: dict[str, Any] = {

@@ -83,6 +83,16 @@ def check_voice(name: str, served: Sequence[str]) -> str:
     return name
 
 
+def check_timestamps(voice: str, available: bool) -> None:
+    """TIMESTAMPS asked of a voice: only voices whose acoustic model says its durations."""
+    if not available:
+        raise InvalidRequest(
+            f"TIMESTAMPS: voice '{voice}' has no word timestamps (its acoustic model does not "
+            "give its durations: Piper VITS voices exported by this version do; Tacotron2, "
+            "pinyin and older exports do not)"
+        )
+
+
 def check_speaker(speaker_id: int, num_speakers: int, voice: str) -> int:
     if not 0 <= speaker_id < num_speakers:
         known = "0" if num_speakers == 1 else f"0..{num_speakers - 1}"

@@ -136,3 +136,18 @@ class Voice:
             ids.extend(between)
         ids.extend(self.symbols[EOS] if piper else self.eos or [])
         return ids
+
+    def id_owners(self, phonemes: str, owners: list[int]) -> list[int]:
+        """:meth:`phonemes_to_ids`, but for each id the word its symbol belongs to
+        (``owners``: one per character of ``phonemes``; -1 for none). The blanks after a
+        symbol belong to its word; framing ids to none."""
+        piper = self.bos is None and self.eos is None and self.intersperse is None
+        between = len(self.symbols[PAD] if piper else (self.intersperse or []))
+        result = [-1] * (len(self.symbols[BOS] if piper else self.bos or []) + between)
+        for symbol, owner in zip(phonemes, owners, strict=True):
+            mapped = self.symbols.get(symbol)
+            if mapped is None:
+                continue
+            result.extend([owner] * (len(mapped) + between))
+        result.extend([-1] * len(self.symbols[EOS] if piper else self.eos or []))
+        return result

@@ -39,6 +39,8 @@ class VoiceInfo:
     # Its chunk budget, measured at build: triton_tts.limits.ChunkLimits as JSON, which
     # the server reads and the client passes over.
     chunk_limits: dict[str, Any] = field(default_factory=dict)
+    # Whether its acoustic model says its durations: word timestamps (TIMESTAMPS input).
+    timestamps: bool = False
 
     def stage_model(self, stage: str) -> str:
         """The voice's model of ``stage`` (preprocess, acoustic, ...), named as its ensemble is."""
@@ -57,6 +59,7 @@ class VoiceInfo:
                     "speakers": dict(sorted(v.speakers.items())),
                     "model": v.model,
                     "chunk_limits": v.chunk_limits,
+                    "timestamps": v.timestamps,
                 }
                 for v in voices
             ],
@@ -75,6 +78,7 @@ class VoiceInfo:
                 tokens=v.get("tokens", "phonemes"),
                 model=v["model"],
                 chunk_limits=v.get("chunk_limits", {}),
+                timestamps=bool(v.get("timestamps", False)),
             )
             for v in json.loads(text)
         ]

@@ -35,6 +35,16 @@ def expose_output(
     _replace_output(graph, internal, public, dtype, dims)
 
 
+def expose_durations(graph: onnx.GraphProto, internal: str) -> None:
+    """Publish a [batch, 1, ids] float tensor of frames per id (VITS' ``w_ceil``) as
+    ``DURATIONS`` [batch, ids]: what word timestamps are made of (triton_tts/text/words.py).
+    Padded ids have 0 frames."""
+    axes = "expose_DURATIONS_axes"
+    graph.initializer.append(helper.make_tensor(axes, TensorProto.INT64, [1], [1]))
+    graph.node.append(helper.make_node("Squeeze", [internal, axes], ["DURATIONS"], name="expose_DURATIONS"))
+    _replace_output(graph, internal, "DURATIONS", TensorProto.FLOAT, ["batch", "phonemes"])
+
+
 def expose_padded_output(
     graph: onnx.GraphProto,
     internal: str,

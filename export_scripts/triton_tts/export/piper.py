@@ -40,6 +40,7 @@ from onnx import TensorProto, helper
 from triton_tts.batching import FRAME_MULTIPLE as FRAME_MULTIPLE  # noqa: PLC0414 - re-exported
 from triton_tts.export.graph_surgery import (
     cap_frames,
+    expose_durations,
     expose_output,
     expose_padded_output,
     rename_input,
@@ -98,11 +99,21 @@ def _batch_the_scales(graph: onnx.GraphProto) -> None:
             set_dims(value, ["batch", SCALE_COLUMNS])
 
 
+def _durations_tensor(model: onnx.ModelProto) -> str | None:
+    """VITS' ``w_ceil`` (frames per id, [batch, 1, ids]): the output of the graph's one
+    Ceil, which the frame count sums. None when the graph has no single Ceil (the voice is
+    then served without word timestamps)."""
+    ceils = [node.output[0] for node in model.graph.node if node.op_type == "Ceil"]
+    return ceils[0] if len(ceils) == 1 else None
+
+
 def split_acoustic(model: onnx.ModelProto) -> onnx.ModelProto:
     inputs = [PIPER_IDS, PIPER_LENGTHS, PIPER_SCALES]
     if PIPER_SPEAKER in runtime_inputs(model):
         inputs.append(PIPER_SPEAKER)
-    part = onnx.utils.Extractor(model).extract_model(inputs, [PIPER_LATENT, PIPER_FRAME_COUNT])
+    durations = _durations_tensor(model)
+    outputs = [PIPER_LATENT, PIPER_FRAME_COUNT, *([durations] if durations else [])]
+    part = onnx.utils.Extractor(model).extract_model(inputs, outputs)
     graph = part.graph
     _batch_the_scales(graph)
     rename_input(graph, PIPER_IDS, "PHONEME_IDS")
@@ -111,6 +122,8 @@ def split_acoustic(model: onnx.ModelProto) -> onnx.ModelProto:
         rename_input(graph, PIPER_SPEAKER, "SPEAKER_ID")
     expose_padded_output(graph, PIPER_LATENT, "LATENT", FRAME_MULTIPLE, ["batch", "channels", "frames"])
     expose_output(graph, PIPER_FRAME_COUNT, "FRAME_COUNT", TensorProto.INT64, ["batch"])
+    if durations:
+        expose_durations(graph, durations)
     for value in graph.input:
         if value.name == "PHONEME_IDS":
             set_dims(value, ["batch", "phonemes"])

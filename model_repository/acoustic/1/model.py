@@ -57,7 +57,7 @@ class TritonPythonModel:
         requests, items = checked(requests, self._item, self._refuse)
         send_as_done(
             [r.get_response_sender() for r in requests],
-            self.runner.iter_run([i[0] for i in items], [i[1] for i in items], [i[2] for i in items]),
+            self.runner.iter_timed([i[0] for i in items], [i[1] for i in items], [i[2] for i in items]),
             _latent_response,
             lambda index, message: self.errors.response(request_id(requests[index]), message),
             pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
@@ -73,11 +73,12 @@ class TritonPythonModel:
         )
 
 
-def _latent_response(result: tuple[Any, int]) -> Any:
-    latent, frames = result
-    return pb_utils.InferenceResponse(
-        output_tensors=[
-            pb_utils.Tensor("LATENT", latent[None]),
-            pb_utils.Tensor("FRAME_COUNT", np.array([[frames]], dtype=np.int64)),
-        ]
-    )
+def _latent_response(result: tuple[Any, int, Any]) -> Any:
+    latent, frames, durations = result
+    tensors = [
+        pb_utils.Tensor("LATENT", latent[None]),
+        pb_utils.Tensor("FRAME_COUNT", np.array([[frames]], dtype=np.int64)),
+    ]
+    if durations is not None:  # frames per id: word timestamps (postprocess)
+        tensors.append(pb_utils.Tensor("DURATIONS", durations[None, :]))
+    return pb_utils.InferenceResponse(output_tensors=tensors)

@@ -1,4 +1,6 @@
-"""Trim each waveform to its true length (frames x hop) and return float audio in [-1, 1].
+"""Trim each waveform to its true length (frames x hop) and return float audio in [-1, 1];
+for voices with word timestamps, each word's [start, end] in seconds (WORD_TIMES), from
+the acoustic model's frames per id (DURATIONS) and preprocess's word of each id (WORD_INDEX).
 
 Native GPU vocoders return the whole padded batch width for every request; the frame
 count from the acoustic model says where each item's audio really ends. Each request is
@@ -16,6 +18,7 @@ import triton_python_backend_utils as pb_utils
 
 from triton_tts.errors import RequestErrors, request_id
 from triton_tts.internal import Gate
+from triton_tts.text.words import word_times
 from triton_tts.validation import InvalidRequest, one_item
 from triton_tts.voice import Voice
 
@@ -53,9 +56,14 @@ class TritonPythonModel:
         if int(rate[0]) != self.sample_rate:
             raise InvalidRequest(f"SAMPLE_RATE {int(rate[0])}: this voice's is {self.sample_rate}")
         audio = np.clip(waveform[: count * self.hop], -1.0, 1.0).astype(np.float32)
-        return pb_utils.InferenceResponse(
-            output_tensors=[
-                pb_utils.Tensor("AUDIO", audio[None, :]),
-                pb_utils.Tensor("SAMPLE_RATE", np.array([[self.sample_rate]], dtype=np.int32)),
-            ]
-        )
+        tensors = [
+            pb_utils.Tensor("AUDIO", audio[None, :]),
+            pb_utils.Tensor("SAMPLE_RATE", np.array([[self.sample_rate]], dtype=np.int32)),
+        ]
+        index = pb_utils.get_input_tensor_by_name(request, "WORD_INDEX")
+        if index is not None:  # a voice with word timestamps
+            durations = item("DURATIONS")
+            times = word_times(durations, one_item("WORD_INDEX", index.as_numpy()).reshape(-1), count)
+            seconds = times * (self.hop / self.sample_rate)
+            tensors.append(pb_utils.Tensor("WORD_TIMES", seconds.astype(np.float32)[None]))
+        return pb_utils.InferenceResponse(output_tensors=tensors)

@@ -28,7 +28,8 @@ from triton_tts.internal import Gate
 from triton_tts.limits import ChunkLimits
 from triton_tts.request_options import read_options, read_text
 from triton_tts.text.reader import Reading, TextReader
-from triton_tts.validation import MAX_TEXT_CHARS, InvalidRequest, NothingToSay
+from triton_tts.text.words import tokens, written_groups
+from triton_tts.validation import MAX_TEXT_CHARS, InvalidRequest, NothingToSay, check_timestamps
 from triton_tts.voice import Voice
 
 
@@ -38,6 +39,8 @@ class _Accepted(NamedTuple):
     scales: npt.NDArray[np.float32]  # (noise_scale, length_scale, noise_w)
     speaker: int
     speed: float
+    # TIMESTAMPS: the written words, each with the range of spoken words it became
+    groups: list[tuple[str, range]] | None = None
 
 
 class TritonPythonModel:
@@ -52,6 +55,8 @@ class TritonPythonModel:
         self.limits = ChunkLimits.from_json(params["chunk_limits"])
         self.errors = RequestErrors(args["model_name"])
         self.gate = Gate(args)  # the server's own chunks only (triton_tts/internal.py)
+        # Word timestamps: this voice's configs carry them (its graph says its durations).
+        self.timed = any(o["name"] == "WORD_INDEX" for o in config.get("output", []))
         pb_utils.Logger.log_info(
             f"preprocess: voice '{self.voice.name}', language '{self.voice.phonemizer_language}', "
             f"tokens '{self.voice.tokens}'"
@@ -67,7 +72,11 @@ class TritonPythonModel:
         speed = options.speed or 1.0
         scales = np.array([noise, v.length_scale / speed, noise_w], dtype=np.float32)
         spoken = self.reader.normalize(text) if options.normalize else text
-        return spoken, _Accepted(index, rid, scales, options.speaker_id or 0, speed)
+        groups = None
+        if options.timestamps:
+            check_timestamps(v.name, self.timed)
+            groups = written_groups(tokens(text), tokens(spoken))
+        return spoken, _Accepted(index, rid, scales, options.speaker_id or 0, speed, groups)
 
     def execute(self, requests: list[Any]) -> list[Any]:
         responses: list[Any] = [None] * len(requests)
@@ -82,7 +91,8 @@ class TritonPythonModel:
                 continue
             texts.append(text)
             accepted.append(item)
-        for item, reading in zip(accepted, self.reader.read(texts), strict=True):
+        owned = [item.groups is not None for item in accepted]
+        for item, reading in zip(accepted, self.reader.read(texts, owned), strict=True):
             try:
                 responses[item.position] = self._ids_response(item, reading)
             except InvalidRequest as err:
@@ -99,8 +109,10 @@ class TritonPythonModel:
         # Padded to a length bucket so that native GPU backends batch different lengths.
         padded = np.full(bucket_length(len(ids)), self.pad_id, np.int64)
         padded[: len(ids)] = ids
+        words = self._word_tensors(item, reading) if self.timed else []
         return pb_utils.InferenceResponse(
             output_tensors=[
+                *words,
                 # Every tensor carries the batch axis of its one-item request.
                 pb_utils.Tensor("PHONEME_IDS", padded[None, :]),
                 pb_utils.Tensor("PHONEME_LENGTH", np.array([[len(ids)]], dtype=np.int64)),
@@ -109,3 +121,24 @@ class TritonPythonModel:
                 pb_utils.Tensor("SPEAKER_ID", np.array([[item.speaker]], np.int64)),
             ]
         )
+
+    def _word_tensors(self, item: _Accepted, reading: Reading) -> list[Any]:
+        """WORDS (as written) and WORD_INDEX (each id's word; -1 for none), empty unless
+        TIMESTAMPS. Written words that no id says (a lone dash) are left out."""
+        words: list[str] = []
+        index = np.zeros(0, dtype=np.int32)
+        if item.groups is not None and reading.owners is not None:
+            group_of = np.full(max((g.stop for _, g in item.groups), default=0) + 1, -1, np.int32)
+            for number, (_, span) in enumerate(item.groups):
+                group_of[span.start : span.stop] = number
+            owners = np.asarray(reading.owners, dtype=np.int64)
+            raw = np.where(owners >= 0, group_of[np.clip(owners, 0, group_of.size - 1)], -1)
+            said = np.unique(raw[raw >= 0])  # groups some id says, in order
+            renumber = np.full(len(item.groups), -1, np.int32)
+            renumber[said] = np.arange(said.size, dtype=np.int32)
+            index = np.where(raw >= 0, renumber[np.clip(raw, 0, None)], -1).astype(np.int32)
+            words = [item.groups[g][0] for g in said]
+        return [
+            pb_utils.Tensor("WORDS", np.array([[w.encode("utf-8") for w in words]], dtype=np.object_)),
+            pb_utils.Tensor("WORD_INDEX", index[None, :]),
+        ]

@@ -32,10 +32,12 @@ from triton_tts.bls import (
     Cancellation,
     LongTextRequest,
     LongTextSettings,
+    chunk_times,
     error_response,
     in_order,
     outcome,
     read_request,
+    word_tensors,
 )
 from triton_tts.config_parameters import string_parameters
 from triton_tts.errors import RequestErrors, request_id
@@ -109,12 +111,17 @@ class TritonPythonModel:
             cancellation = Cancellation(request.is_cancelled, request.timeout())
             window = self.settings.chunks_in_flight
             chunks = []
-            for index, chunk_audio, rate in in_order(self.chunks, long_text, window, cancellation):
-                chunks.append((index, chunk_audio, rate))
-                if rate:
-                    self.ledger.completed(work, chunk_audio.size / rate)
-            audio = np.concatenate([chunk_audio for _, chunk_audio, _ in chunks])[None, :]
-            rate = chunks[0][2]
+            clock = long_text.word_clock()
+            words = []
+            for _, said in in_order(self.chunks, long_text, window, cancellation):
+                chunks.append(said)
+                if said.rate:
+                    self.ledger.completed(work, said.samples.size / said.rate)
+                if clock is not None:
+                    seconds = said.samples.size / said.rate if said.rate else 0.0
+                    words += clock.add(said.words or [], chunk_times(said.times), seconds)
+            audio = np.concatenate([said.samples for said in chunks])[None, :]
+            rate = chunks[0].rate
         except Exception as err:  # the request's own error; others are unaffected
             self.metrics.record_error(outcome(err))
             return error_response(self.errors, rid, err)
@@ -129,6 +136,7 @@ class TritonPythonModel:
             output_tensors=[
                 pb_utils.Tensor("AUDIO", audio),
                 pb_utils.Tensor("SAMPLE_RATE", np.array([[rate]], dtype=np.int32)),
+                *(word_tensors(words) if clock is not None else []),
             ]
         )
 

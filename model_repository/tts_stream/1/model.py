@@ -37,10 +37,12 @@ from triton_tts.bls import (
     PrioritySender,
     RequestCancelled,
     Senders,
+    chunk_times,
     error_response,
     in_order,
     outcome,
     read_request,
+    word_tensors,
 )
 from triton_tts.config_parameters import string_parameters
 from triton_tts.errors import RequestErrors, request_id
@@ -140,18 +142,31 @@ class TritonPythonModel:
             count = len(long_text.chunks)
             # A lead is built only while no other stream's first chunk waits.
             pacer = Pacer(self.lead_s, self.released, hold=lambda: self.ledger.load().first_work_s > 0)
-            for index, audio, rate in in_order(
+            clock = long_text.word_clock()
+            for index, said in in_order(
                 self.chunks, long_text, self.settings.chunks_in_flight, cancellation, pacer, self.senders
             ):
+                audio, rate = said.samples, said.rate
                 if rate:
                     self.ledger.completed(work, audio.size / rate, first=index == 0)
                 last = index == count - 1
+                # The words complete with this chunk, timed from the start of the stream.
+                words = (
+                    word_tensors(
+                        clock.add(
+                            said.words or [], chunk_times(said.times), audio.size / rate if rate else 0.0
+                        )
+                    )
+                    if clock is not None
+                    else []
+                )
                 response = pb_utils.InferenceResponse(
                     output_tensors=[
                         pb_utils.Tensor("AUDIO", audio[None, :]),
                         pb_utils.Tensor("SAMPLE_RATE", np.array([[rate]], dtype=np.int32)),
                         pb_utils.Tensor("CHUNK_INDEX", np.array([[index]], dtype=np.int32)),
                         pb_utils.Tensor("IS_LAST", np.array([[last]], dtype=np.bool_)),
+                        *words,
                     ]
                 )
                 # After the final flag the sender is gone: not even is_cancelled() may be

@@ -1,0 +1,92 @@
+"""Word timestamps' bookkeeping (triton_tts/text/words.py): written words through
+normalisation, phonemes and ids, without a server (tests/test_timestamps.py has the server)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from triton_tts.text.normalize import normalize_english
+from triton_tts.text.words import (
+    NO_WORD,
+    WordClock,
+    letter_owners,
+    phoneme_owners,
+    tokens,
+    word_times,
+    written_groups,
+)
+
+
+def test_a_rewritten_word_is_one_group_spanning_what_it_became() -> None:
+    written = "I paid $3.50 on 3/4 today.".split()
+    spoken = normalize_english("I paid $3.50 on 3/4 today.").split()
+    groups = written_groups(written, spoken)
+    assert [text for text, _ in groups] == written
+    money = dict(groups)["$3.50"]
+    assert " ".join(spoken[money.start : money.stop]) == "three dollars and fifty cents"
+    # the spans cover the spoken words in order, without overlap
+    assert [i for _, span in groups for i in span] == list(range(len(spoken)))
+
+
+def test_written_words_that_say_nothing_are_left_out() -> None:
+    groups = written_groups(["Stop", "*", "now."], ["Stop", "now."])
+    assert [(text, list(span)) for text, span in groups] == [("Stop", [0]), ("now.", [1])]
+
+
+def test_phoneme_words_joined_by_espeak_are_shared_by_their_words() -> None:
+    # "of the" read as one phoneme word, "world.how" as one across a sentence end
+    phonemes = "ʌvðə hˈoʊl wˈɜːld.hˌaʊ"
+    alone = ["ʌv", "ðə", "hˈoʊl", "wˈɜːld.", "hˈaʊ"]
+    owners = phoneme_owners(phonemes, alone)
+    said = {w: "".join(c for c, o in zip(phonemes, owners, strict=True) if o == w) for w in range(5)}
+    # (a space between words is said with the word after it)
+    assert said == {0: "ʌv", 1: "ðə", 2: " hˈoʊl", 3: " wˈɜːld", 4: "hˌaʊ"}
+    # the full stop and the space before a word after a pause belong to no word
+    assert owners[phonemes.index(".")] == NO_WORD
+
+
+def test_a_space_belongs_to_the_word_after_it_a_pause_to_none() -> None:
+    phonemes = "ɐ bˈi, sˈiː"
+    owners = phoneme_owners(phonemes, ["ɐ", "bˈi,", "sˈiː"])
+    assert owners[1] == 1  # the space between "a" and "bee": the next word's start
+    assert owners[phonemes.index(",") + 1] == NO_WORD  # the space after the comma: a pause
+
+
+def test_character_voices_own_their_letters() -> None:
+    owners = letter_owners("hi, you")
+    assert owners == [0, 0, NO_WORD, NO_WORD, 1, 1, 1]
+
+
+def test_word_times_run_from_each_words_first_id_to_its_last() -> None:
+    durations = np.array([2, 3, 1, 4, 2, 5, 0, 0], dtype=np.float32)  # the last two: padding
+    index = np.array([-1, 0, 0, -1, 1, 1, -1, -1, -1, -1], dtype=np.int32)  # longer: padded
+    times = word_times(durations, index, frames=17)
+    np.testing.assert_array_equal(times, [[2, 6], [10, 17]])
+    assert word_times(durations, np.full(8, -1, np.int32), 17).shape == (0, 2)
+    np.testing.assert_array_equal(word_times(durations, index, frames=12), [[2, 6], [10, 12]])
+
+
+def test_the_clock_times_words_across_chunks_from_the_start_of_the_audio() -> None:
+    text = "I paid $3.50 today."
+    chunks = ["I paid three dollars", "and fifty cents today."]
+    clock = WordClock(tokens(text), chunks)
+    first = clock.add(
+        ["I", "paid", "three", "dollars"], np.array([[0, 0.1], [0.1, 0.3], [0.3, 0.5], [0.5, 0.9]]), 1.0
+    )
+    assert [(w.text, w.start, w.end) for w in first] == [("I", 0.0, 0.1), ("paid", 0.1, 0.3)]
+    # "$3.50" runs into the second chunk: it waits for it, and spans both
+    second = clock.add(
+        ["and", "fifty", "cents", "today."], np.array([[0, 0.1], [0.1, 0.3], [0.3, 0.5], [0.5, 0.9]]), 1.2
+    )
+    assert [(w.text, w.start, pytest.approx(w.end)) for w in second] == [
+        ("$3.50", 0.3, 1.5),
+        ("today.", 1.5, 1.9),
+    ]
+
+
+def test_the_clock_follows_a_chunk_said_in_halves() -> None:
+    # a word cut in two (a chunk over the voice's budget, said in halves) is one word again
+    clock = WordClock(["Supercalifragilistic."], ["Supercalifragilistic."])
+    words = clock.add(["Supercali", "fragilistic."], np.array([[0.0, 0.4], [0.45, 0.9]]), 1.0)
+    assert [(w.text, w.start, w.end) for w in words] == [("Supercalifragilistic.", 0.0, 0.9)]

@@ -1,0 +1,231 @@
+"""Words as written, followed through normalisation and phonemisation to the voice's ids.
+
+Word timestamps (docs/api.md, "Word timestamps") come from the acoustic model's durations
+(frames per id). This module says which ids belong to which word, in two steps:
+
+* **Written -> spoken.** Normalisation rewrites words ("$3.50" -> "three dollars and fifty
+  cents"). :func:`written_groups` aligns the written words with the spoken ones (a
+  difflib alignment of whitespace-separated tokens): a word left as it was is its own
+  group; a run of written words that became other words is one group, spanning all the
+  spoken words it became. So "$3.50" is one word with one start and one end.
+* **Spoken -> phonemes.** espeak-ng reads a whole clause at once, and it sometimes joins
+  words ("of the" as one phoneme word). :func:`phoneme_owners` aligns the clause's phoneme
+  words with each spoken word's phonemes read alone (a monotone alignment by length that
+  allows joins and splits) and gives every phoneme letter the spoken word it belongs to;
+  punctuation and spaces belong to none, so a pause is never part of a word.
+
+Pure Python, no espeak here: the callers pass the phonemes (triton_tts/text/reader.py).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+NO_WORD = -1  # an id or letter that belongs to no word (framing, punctuation, spaces)
+_PHONEME_WORD = re.compile(r"\S+")
+
+
+def tokens(text: str) -> list[str]:
+    """A text's words: what whitespace separates."""
+    return text.split()
+
+
+def aligned_ranges(written: Sequence[str], spoken: Sequence[str]) -> list[tuple[range, range]]:
+    """The written words' groups, each as (its range of ``written``, the range of
+    ``spoken`` it became). Written words that became nothing are left out; spoken words
+    that came from nothing join the group before them (the first group, at the start)."""
+    groups: list[tuple[range, range]] = []
+    orphans = 0  # spoken words before the first group
+    matcher = difflib.SequenceMatcher(a=list(written), b=list(spoken), autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            groups.extend((range(i1 + k, i1 + k + 1), range(j1 + k, j1 + k + 1)) for k in range(i2 - i1))
+        elif tag == "replace":
+            groups.append((range(i1, i2), range(j1, j2)))
+        elif tag == "insert":
+            if groups:
+                said, span = groups[-1]
+                groups[-1] = (said, range(span.start, j2))
+            else:
+                orphans = j2
+        # "delete": written words that say nothing (a lone "*") have no time
+    if orphans and groups:
+        said, span = groups[0]
+        groups[0] = (said, range(0, span.stop))
+    return groups
+
+
+def written_groups(written: Sequence[str], spoken: Sequence[str]) -> list[tuple[str, range]]:
+    """Each written word (or run of rewritten words, joined by spaces) with the range of
+    ``spoken`` words it became (:func:`aligned_ranges`)."""
+    return [(" ".join(written[w.start : w.stop]), s) for w, s in aligned_ranges(written, spoken)]
+
+
+def _size(phonemes: str) -> int:
+    return sum(1 for c in phonemes if c.isalpha())
+
+
+# (spoken words, phoneme words, penalty): 1:1, joins (several words read as one phoneme
+# word), splits (one word read as several), a word with no phonemes, a phoneme word of none.
+_MOVES = (
+    (1, 1, 0.0),
+    (2, 1, 1.0),
+    (3, 1, 1.5),
+    (4, 1, 2.0),
+    (1, 2, 1.0),
+    (1, 3, 1.5),
+    (1, 0, 0.5),
+    (0, 1, 2.0),
+)
+
+
+def phoneme_owners(phonemes: str, alone: Sequence[str]) -> list[int]:
+    """For each character of ``phonemes`` (a text's phonemes, words separated by spaces),
+    the index of the spoken word it says (:data:`NO_WORD` for spaces, punctuation and
+    stress-less marks). ``alone``: each spoken word's phonemes read on its own, which tell
+    how long each word's phonemes should be."""
+    words = [(m.start(), m.end()) for m in _PHONEME_WORD.finditer(phonemes)]
+    expected = [_size(a) for a in alone]
+    actual = [_size(phonemes[a:b]) for a, b in words]
+    n, m = len(expected), len(actual)
+    inf = float("inf")
+    cost = [[inf] * (m + 1) for _ in range(n + 1)]
+    back: list[list[tuple[int, int] | None]] = [[None] * (m + 1) for _ in range(n + 1)]
+    cost[0][0] = 0.0
+    for i in range(n + 1):
+        for j in range(m + 1):
+            here = cost[i][j]
+            if here == inf:
+                continue
+            for a, b, penalty in _MOVES:
+                if i + a > n or j + b > m:
+                    continue
+                step = abs(sum(expected[i : i + a]) - sum(actual[j : j + b])) + penalty
+                if here + step < cost[i + a][j + b]:
+                    cost[i + a][j + b] = here + step
+                    back[i + a][j + b] = (a, b)
+    owners = [NO_WORD] * len(phonemes)
+    i, j = n, m
+    while i or j:
+        move = back[i][j]
+        assert move is not None  # (n, m) is always reachable: 1:0 and 0:1 moves
+        a, b = move
+        i, j = i - a, j - b
+        if a == 0 or b == 0:
+            continue
+        letters = [k for s, e in words[j : j + b] for k in range(s, e) if phonemes[k].isalpha()]
+        # A joined phoneme word is shared by its words in proportion to their own lengths.
+        shares = np.cumsum([max(expected[i + w], 1) for w in range(a)], dtype=float)
+        shares = shares / shares[-1] * len(letters)
+        for position, k in enumerate(letters):
+            owners[k] = i + int(np.searchsorted(shares, position, side="right"))
+    _spaces_to_next_word(phonemes, owners)
+    return owners
+
+
+def _spaces_to_next_word(symbols: str, owners: list[int]) -> None:
+    """A space between two words (no punctuation, so no pause) belongs to the word after
+    it: the voice starts that word's sound while it says the space. Measured against
+    pocketsphinx's alignment, starts were 60 ms late without this (docs/api.md)."""
+    for k, c in enumerate(symbols):
+        if c == " " and 0 < k < len(symbols) - 1 and owners[k - 1] >= 0 and owners[k + 1] >= 0:
+            if owners[k + 1] != owners[k - 1]:
+                owners[k] = owners[k + 1]
+
+
+def letter_owners(symbols: str) -> list[int]:
+    """A character voice's symbols (its normalised text, words separated by single
+    spaces): each letter or digit's word; spaces and punctuation belong to none."""
+    owners, word, in_word = [], -1, False
+    for c in symbols:
+        if c.isspace():
+            in_word = False
+            owners.append(NO_WORD)
+            continue
+        if not in_word:
+            word, in_word = word + 1, True
+        owners.append(word if c.isalnum() else NO_WORD)
+    _spaces_to_next_word(symbols, owners)
+    return owners
+
+
+@dataclass(frozen=True)
+class Word:
+    """A written word and when it is said, in seconds from the start of the audio."""
+
+    text: str
+    start: float
+    end: float
+
+
+def word_times(
+    durations: npt.NDArray[np.floating[Any]], word_index: npt.NDArray[np.integer[Any]], frames: int
+) -> npt.NDArray[np.float64]:
+    """[words, 2] start and end frames from each id's frames (``durations``) and word
+    (``word_index``, -1 for none; words numbered from 0, each said by some id); within the
+    ``frames`` the audio has. Padded ids (beyond either array) count for nothing."""
+    n = min(durations.size, word_index.size)
+    owners = word_index[:n].astype(np.int64)
+    ends = np.cumsum(np.maximum(durations[:n].astype(np.float64), 0.0))
+    starts = ends - np.maximum(durations[:n].astype(np.float64), 0.0)
+    count = int(owners.max()) + 1 if n and owners.max() >= 0 else 0
+    times = np.zeros((count, 2))
+    if count:
+        said = owners >= 0
+        times[:, 0] = np.inf
+        np.minimum.at(times[:, 0], owners[said], starts[said])
+        np.maximum.at(times[:, 1], owners[said], ends[said])
+        times[np.isinf(times[:, 0]), 0] = 0.0
+    return np.minimum(times, float(frames))
+
+
+class WordClock:
+    """A long text's word timestamps, chunk by chunk: the written words of the whole text,
+    the chunks it was cut into (normalised), and for each chunk in order the words its
+    ensemble timed (its own tokens, or pieces of them when a chunk was said in halves) with
+    [start, end] seconds from the chunk's start. :meth:`add` returns the written words now
+    complete, timed from the start of the whole audio; a word whose spoken words run into
+    a later chunk waits for it."""
+
+    def __init__(self, written: Sequence[str], chunks: Sequence[str]) -> None:
+        self._chunk_tokens = [tokens(c) for c in chunks]
+        self._starts = np.cumsum([0, *(len(t) for t in self._chunk_tokens)])
+        spoken = [t for chunk in self._chunk_tokens for t in chunk]
+        self._groups = written_groups(written, spoken)
+        self._times = np.full((len(spoken), 2), np.nan)
+        self._done = 0  # chunks added
+        self._next = 0  # the first group not yet returned
+        self._offset_s = 0.0
+
+    def add(self, words: Sequence[str], times: npt.NDArray[np.floating[Any]], duration_s: float) -> list[Word]:
+        """The next chunk's timed ``words`` and ``times`` [len(words), 2]; ``duration_s``:
+        its audio's length."""
+        base = int(self._starts[self._done])
+        chunk_tokens = self._chunk_tokens[self._done]
+        times = np.asarray(times, dtype=np.float64).reshape(-1, 2)
+        for said, span in aligned_ranges(chunk_tokens, list(words)[: len(times)]):
+            rows = times[span.start : span.stop]
+            if len(rows):
+                row = (rows[:, 0].min() + self._offset_s, rows[:, 1].max() + self._offset_s)
+                self._times[base + said.start : base + said.stop] = row
+        self._done += 1
+        self._offset_s += duration_s
+        return self._ready(int(self._starts[self._done]))
+
+    def _ready(self, known: int) -> list[Word]:
+        ready = []
+        while self._next < len(self._groups) and self._groups[self._next][1].stop <= known:
+            text, span = self._groups[self._next]
+            rows = self._times[span.start : span.stop]
+            timed = rows[~np.isnan(rows[:, 0])]
+            if len(timed):
+                ready.append(Word(text, float(timed[:, 0].min()), float(timed[:, 1].max())))
+            self._next += 1
+        return ready
