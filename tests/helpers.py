@@ -34,7 +34,7 @@ def tts_inputs(lib: Any, text: str | bytes, **scalars: float | int | str | bool)
         elif name == "SPEAKER_ID":
             t = lib.InferInput(name, [1, 1], "INT64")
             t.set_data_from_numpy(np.array([[value]], dtype=np.int64))
-        elif name == "NORMALIZE":
+        elif name in ("NORMALIZE", "TIMESTAMPS"):
             t = lib.InferInput(name, [1, 1], "BOOL")
             t.set_data_from_numpy(np.array([[value]], dtype=np.bool_))
         else:
@@ -213,6 +213,17 @@ def export_random_coqui_voice(
     return loaded
 
 
+def timed_words(result: Any) -> list[tuple[str, float, float]]:
+    """A response's WORDS and WORD_TIMES as (word, start, end); [] when it has none."""
+    words = result.as_numpy("WORDS")
+    if words is None:
+        return []
+    times = result.as_numpy("WORD_TIMES").reshape(-1, 2)
+    return [
+        (w.decode("utf-8"), float(t[0]), float(t[1])) for w, t in zip(words.reshape(-1), times, strict=True)
+    ]
+
+
 def stream_raw(url: str, text: str, **scalars: Any) -> tuple[list[dict[str, Any]], list[str]]:
     """tts_stream as a user calls it with plain tritonclient: every response, in arrival order."""
     client = grpcclient.InferenceServerClient(url)
@@ -236,6 +247,7 @@ def stream_raw(url: str, text: str, **scalars: Any) -> tuple[list[dict[str, Any]
                         "rate": int(result.as_numpy("SAMPLE_RATE").reshape(-1)[0]),
                         "index": int(result.as_numpy("CHUNK_INDEX").reshape(-1)[0]),
                         "last": bool(result.as_numpy("IS_LAST").reshape(-1)[0]),
+                        "words": timed_words(result),
                     }
                 )
             if response.parameters["triton_final_response"].bool_param:

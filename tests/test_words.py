@@ -19,7 +19,7 @@ from triton_tts.text.words import (
 
 
 def test_a_rewritten_word_is_one_group_spanning_what_it_became() -> None:
-    written = "I paid $3.50 on 3/4 today.".split()
+    written = tokens("I paid $3.50 on 3/4 today.")
     spoken = normalize_english("I paid $3.50 on 3/4 today.").split()
     groups = written_groups(written, spoken)
     assert [text for text, _ in groups] == written
@@ -79,10 +79,8 @@ def test_the_clock_times_words_across_chunks_from_the_start_of_the_audio() -> No
     second = clock.add(
         ["and", "fifty", "cents", "today."], np.array([[0, 0.1], [0.1, 0.3], [0.3, 0.5], [0.5, 0.9]]), 1.2
     )
-    assert [(w.text, w.start, pytest.approx(w.end)) for w in second] == [
-        ("$3.50", 0.3, 1.5),
-        ("today.", 1.5, 1.9),
-    ]
+    assert [w.text for w in second] == ["$3.50", "today."]
+    assert [(w.start, w.end) for w in second] == [pytest.approx((0.3, 1.5)), pytest.approx((1.5, 1.9))]
 
 
 def test_the_clock_follows_a_chunk_said_in_halves() -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -69,11 +70,13 @@ def written_groups(written: Sequence[str], spoken: Sequence[str]) -> list[tuple[
 
 
 def _size(phonemes: str) -> int:
-    return sum(1 for c in phonemes if c.isalpha())
+    """Sounds in a phoneme word: its letters, less length and stress marks (modifier letters)."""
+    return sum(1 for c in phonemes if c.isalpha() and unicodedata.category(c) != "Lm")
 
 
 # (spoken words, phoneme words, penalty): 1:1, joins (several words read as one phoneme
 # word), splits (one word read as several), a word with no phonemes, a phoneme word of none.
+# Leaving out a word that has sounds costs most: espeak joins words, it does not drop them.
 _MOVES = (
     (1, 1, 0.0),
     (2, 1, 1.0),
@@ -81,8 +84,8 @@ _MOVES = (
     (4, 1, 2.0),
     (1, 2, 1.0),
     (1, 3, 1.5),
-    (1, 0, 0.5),
-    (0, 1, 2.0),
+    (1, 0, 3.0),
+    (0, 1, 3.0),
 )
 
 
@@ -107,7 +110,8 @@ def phoneme_owners(phonemes: str, alone: Sequence[str]) -> list[int]:
             for a, b, penalty in _MOVES:
                 if i + a > n or j + b > m:
                     continue
-                step = abs(sum(expected[i : i + a]) - sum(actual[j : j + b])) + penalty
+                size = sum(expected[i : i + a])
+                step = abs(size - sum(actual[j : j + b])) + (penalty if size or b else 0.5)
                 if here + step < cost[i + a][j + b]:
                     cost[i + a][j + b] = here + step
                     back[i + a][j + b] = (a, b)
@@ -121,11 +125,10 @@ def phoneme_owners(phonemes: str, alone: Sequence[str]) -> list[int]:
         if a == 0 or b == 0:
             continue
         letters = [k for s, e in words[j : j + b] for k in range(s, e) if phonemes[k].isalpha()]
-        # A joined phoneme word is shared by its words in proportion to their own lengths.
-        shares = np.cumsum([max(expected[i + w], 1) for w in range(a)], dtype=float)
-        shares = shares / shares[-1] * len(letters)
-        for position, k in enumerate(letters):
-            owners[k] = i + int(np.searchsorted(shares, position, side="right"))
+        sounds = "".join(phonemes[k] for k in letters)
+        for w, (start, stop) in enumerate(_split(sounds, [_letters(x) for x in alone[i : i + a]])):
+            for k in letters[start:stop]:
+                owners[k] = i + w
     _spaces_to_next_word(phonemes, owners)
     return owners
 
@@ -135,9 +138,40 @@ def _spaces_to_next_word(symbols: str, owners: list[int]) -> None:
     it: the voice starts that word's sound while it says the space. Measured against
     pocketsphinx's alignment, starts were 60 ms late without this (docs/api.md)."""
     for k, c in enumerate(symbols):
-        if c == " " and 0 < k < len(symbols) - 1 and owners[k - 1] >= 0 and owners[k + 1] >= 0:
-            if owners[k + 1] != owners[k - 1]:
-                owners[k] = owners[k + 1]
+        between = c == " " and 0 < k < len(symbols) - 1 and min(owners[k - 1], owners[k + 1]) >= 0
+        if between and owners[k + 1] != owners[k - 1]:
+            owners[k] = owners[k + 1]
+
+
+def _letters(phonemes: str) -> str:
+    return "".join(c for c in phonemes if c.isalpha())
+
+
+def _distance(a: str, b: str) -> int:
+    """Levenshtein distance (short strings: one phoneme word)."""
+    row = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        previous, row[0] = row[0], i
+        for j, y in enumerate(b, 1):
+            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (x != y))
+    return row[-1]
+
+
+def _split(sounds: str, alone: list[str]) -> list[tuple[int, int]]:
+    """Cut a phoneme word that says several words (espeak joined them) where each piece
+    is nearest its word read alone: [start, stop) letters per word."""
+    if len(alone) == 1:
+        return [(0, len(sounds))]
+    best: tuple[int, list[tuple[int, int]]] | None = None
+    for cut in range(len(sounds) + 1):
+        rest = _split(sounds[cut:], alone[1:])
+        cost = _distance(sounds[:cut], alone[0]) + sum(
+            _distance(sounds[cut + s : cut + e], word) for (s, e), word in zip(rest, alone[1:], strict=True)
+        )
+        if best is None or cost < best[0]:
+            best = (cost, [(0, cut), *((cut + s, cut + e) for s, e in rest)])
+    assert best is not None
+    return best[1]
 
 
 def letter_owners(symbols: str) -> list[int]:
@@ -204,7 +238,9 @@ class WordClock:
         self._next = 0  # the first group not yet returned
         self._offset_s = 0.0
 
-    def add(self, words: Sequence[str], times: npt.NDArray[np.floating[Any]], duration_s: float) -> list[Word]:
+    def add(
+        self, words: Sequence[str], times: npt.NDArray[np.floating[Any]], duration_s: float
+    ) -> list[Word]:
         """The next chunk's timed ``words`` and ``times`` [len(words), 2]; ``duration_s``:
         its audio's length."""
         base = int(self._starts[self._done])
