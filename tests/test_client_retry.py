@@ -212,3 +212,41 @@ def test_the_asyncio_client_retries_the_same_way(sleeps: list[float]) -> None:
 
     result, indexes = asyncio.run(run())
     assert result is RESULT and indexes == [0, 1] and len(sleeps) == 3
+
+
+def test_a_cancel_as_a_stream_ends_is_never_lost() -> None:
+    """The asyncio client reads a stream's end before it returns; a cancel that arrives
+    while it does, at any step, must reach the caller (Python 3.11's wait_for lost one that
+    came as the read ended, and a gateway text stream then spoke the cancelled text)."""
+    from triton_tts.client.async_client import _stream_ends
+
+    async def run() -> tuple[list[tuple[int, int]], int]:
+        lost, tried = [], 0
+        for steps in range(6):  # the responses end after this many loop turns
+            for delay in range(steps + 4):  # the cancel comes after this many, if still running
+
+                async def responses(steps: int = steps) -> AsyncGenerator[None, None]:
+                    for _ in range(steps):
+                        await asyncio.sleep(0)
+                    return
+                    yield
+
+                async def caller(steps: int = steps) -> None:
+                    await _stream_ends(responses())
+
+                task = asyncio.ensure_future(caller())
+                for _ in range(delay):
+                    await asyncio.sleep(0)
+                if task.done():
+                    continue
+                task.cancel()
+                tried += 1
+                try:
+                    await task
+                    lost.append((steps, delay))
+                except asyncio.CancelledError:
+                    pass
+        return lost, tried
+
+    lost, tried = asyncio.run(run())
+    assert lost == [] and tried >= 20

@@ -138,6 +138,9 @@ def _calls(voice: Voice) -> list[Call]:
     plain = [0.0, voice.length_scale, 0.0]
     channels, hop = voice.latent_channels, voice.hop_length
     latent = np.zeros((1, channels, 40), np.float32)
+    post = _post(np.zeros((1, 40 * hop)), 40, voice.sample_rate)
+    durations = np.full((1, 4), 10.0, np.float32)
+    words = np.array([[-1, 0, 0, 1]], np.int32)
     return [
         Call("acoustic", _acoustic(ids, plain)),
         Call("acoustic", _acoustic(ids, [0.0, voice.length_scale / MIN_SPEED, 0.0])),  # SPEED 0.25 works
@@ -161,6 +164,10 @@ def _calls(voice: Voice) -> list[Call]:
         Call("postprocess", _post(np.zeros((1, 40 * hop)), 41, voice.sample_rate), "FRAME_COUNT 41"),
         Call("postprocess", _post(np.zeros((1, 40 * hop)), -1, voice.sample_rate), "FRAME_COUNT -1"),
         Call("postprocess", _post(np.zeros((1, 40 * hop)), 40, 8000), "SAMPLE_RATE 8000"),
+        # word timestamps: the word of each id and the frames per id, together and in range
+        Call("postprocess", {**post, "DURATIONS": durations, "WORD_INDEX": words}),
+        Call("postprocess", {**post, "WORD_INDEX": words}, "WORD_INDEX needs DURATIONS"),
+        Call("postprocess", {**post, "DURATIONS": durations, "WORD_INDEX": words + 9}, "WORD_INDEX holds"),
         # Without the token, good calls are refused before any work, whatever priority they
         # ask for: the first-chunk level (1) included (triton_tts/internal.py).
         Call("acoustic", _acoustic(ids, plain), "internal model", inside=False, priority=1),

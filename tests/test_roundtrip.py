@@ -89,8 +89,9 @@ def test_model_metadata_names_the_contract(http) -> None:
         "NOISE_W": "FP32",
         "VOICE": "BYTES",
         "NORMALIZE": "BOOL",
+        "TIMESTAMPS": "BOOL",
     }
-    assert outputs == {"AUDIO": "FP32", "SAMPLE_RATE": "INT32"}
+    assert outputs == {"AUDIO": "FP32", "SAMPLE_RATE": "INT32", "WORDS": "BYTES", "WORD_TIMES": "FP32"}
 
 
 def test_normalize_false_reads_text_as_written(server, http) -> None:

@@ -303,8 +303,9 @@ def postprocess(opts: BuildOptions, voice: VoiceModels) -> mc.ModelConfig:
     _tensor(config.output, "AUDIO", mc.TYPE_FP32, [-1])
     _tensor(config.output, "SAMPLE_RATE", mc.TYPE_INT32, [1])
     if voice.served.timestamps:
-        _tensor(config.input, "DURATIONS", mc.TYPE_FP32, [-1], ragged=True)
-        _tensor(config.input, "WORD_INDEX", mc.TYPE_INT32, [-1], ragged=True)
+        # Optional: a direct call (the server's own) may leave the words out.
+        _tensor(config.input, "DURATIONS", mc.TYPE_FP32, [-1], ragged=True, optional=True)
+        _tensor(config.input, "WORD_INDEX", mc.TYPE_INT32, [-1], ragged=True, optional=True)
         _tensor(config.output, "WORD_TIMES", mc.TYPE_FP32, [-1, 2])
     config.dynamic_batching.max_queue_delay_microseconds = opts.queue_delay_us // 4
     _priorities(config)

@@ -53,6 +53,7 @@ MAX_HELD_CHARS = 4000
 OpenSpeech = Callable[[SpeechRequest], Awaitable[tuple[AudioChunk, AsyncGenerator[AudioChunk, None]]]]
 TRY_AGAIN_LATER = 1013  # WebSocket close code: the server cannot take it now
 POLICY = 1008  # close code: refused (origin, key)
+CANCEL_RETRY_S = 1.0  # a cancelled synthesis still running after this is cancelled again
 
 
 class SocketCounts:
@@ -294,9 +295,14 @@ class SpeechSocket:
         task, self.task = self.task, None
         if task is None or task.done():
             return False
-        task.cancel()
+        # Cancelled again until it ends: a cancel can be lost inside a library (asyncio's
+        # wait_for before Python 3.12 drops one that arrives as its wait ends), and a text
+        # stream that went on would speak the dropped text and then wait for more forever.
+        while not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=CANCEL_RETRY_S)
         with suppress(asyncio.CancelledError, Exception):
-            await task
+            task.result()
         return True
 
     async def speak(self, request_id: int, message: Speak) -> None:

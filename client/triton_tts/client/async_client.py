@@ -29,10 +29,21 @@ async def _stream_ends(responses: Any) -> bool:
         async for _ in responses:
             pass
 
+    # asyncio.wait, not wait_for: before Python 3.12, wait_for loses a cancel that arrives
+    # as the read ends (the caller then goes on as if never cancelled).
+    reader = asyncio.ensure_future(rest())
     try:
-        await asyncio.wait_for(rest(), STREAM_END_WAIT_S)
-    except (asyncio.TimeoutError, grpc.RpcError):
+        await asyncio.wait({reader}, timeout=STREAM_END_WAIT_S)
+    finally:
+        if not reader.done():
+            reader.cancel()
+    if not reader.done() or reader.cancelled():
         return False
+    error = reader.exception()
+    if isinstance(error, grpc.RpcError):
+        return False
+    if error is not None:
+        raise error
     return True
 
 

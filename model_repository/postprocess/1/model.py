@@ -62,8 +62,15 @@ class TritonPythonModel:
         ]
         index = pb_utils.get_input_tensor_by_name(request, "WORD_INDEX")
         if index is not None:  # a voice with word timestamps
+            if pb_utils.get_input_tensor_by_name(request, "DURATIONS") is None:
+                raise InvalidRequest("WORD_INDEX needs DURATIONS (the acoustic model's frames per id)")
             durations = item("DURATIONS")
-            times = word_times(durations, one_item("WORD_INDEX", index.as_numpy()).reshape(-1), count)
+            owners = one_item("WORD_INDEX", index.as_numpy()).reshape(-1)
+            if owners.size and not -1 <= int(owners.min()) <= int(owners.max()) < owners.size:
+                raise InvalidRequest(
+                    f"WORD_INDEX holds {int(owners.max())}: each id's word, -1 to {owners.size - 1}"
+                )
+            times = word_times(durations, owners, count)
             seconds = times * (self.hop / self.sample_rate)
             tensors.append(pb_utils.Tensor("WORD_TIMES", seconds.astype(np.float32)[None]))
         return pb_utils.InferenceResponse(output_tensors=tensors)
