@@ -232,3 +232,30 @@ def test_the_openai_sdk_speaks_chinese_through_the_gateway(zh_server: TritonServ
             assert rate == 24000
             heard.append(transcribe_mandarin(audio, rate))
     assert mandarin_cer(list(texts), heard) <= MAX_CER, list(zip(texts, heard, strict=True))
+
+
+def test_timestamps_are_refused_by_name_where_a_voice_has_none(zh_server: TritonServer) -> None:
+    """The pinyin voice has no DURATIONS: its listing says so, and asking for timestamps
+    (the client, the gateway's captioned speech) is the caller's error naming the voice;
+    joe on the same server still times its words."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    from tests.helpers import running_gateway
+    from triton_tts.client import RequestRejected, TTSClient
+
+    with TTSClient(zh_server.http_url) as client:
+        voices = {v.name: v for v in client.voices()}
+        assert voices[VOICE].timestamps is False and voices["joe"].timestamps is True
+        with pytest.raises(RequestRejected, match=f"voice '{VOICE}' has no word timestamps"):
+            client.synthesize("你好", voice=VOICE, timestamps=True)
+        timed = client.synthesize("Still timed.", timestamps=True).words
+        assert [w.word for w in timed] == ["Still", "timed."]
+    with running_gateway(zh_server.grpc_url) as base:
+        body = json.dumps({"model": "tts-1", "input": "你好", "voice": VOICE}).encode()
+        request = urllib.request.Request(f"{base}/v1/audio/speech/captioned", body, method="POST")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=120)
+    error = json.loads(refused.value.read())["error"]
+    assert refused.value.code == 400 and "has no word timestamps" in error["message"], error

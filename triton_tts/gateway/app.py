@@ -5,6 +5,8 @@ and a caller that goes away cancels its request on the server.
 
 Routes:
   POST /v1/audio/speech        OpenAI's body (model, input, voice, response_format, speed)
+  POST /v1/audio/speech/captioned   the same and ``stream``: base64 audio with each word's
+                               times, whole or as JSON lines (triton_tts.gateway.captioned)
   GET  /v1/models[/{id}]       the model ids it answers to
   GET  /v1/audio/voices        served voices, their speakers, and the OpenAI voice aliases
   WS   /v1/audio/speech/ws     text in; a JSON header, 16-bit PCM chunks, a JSON end out
@@ -42,11 +44,17 @@ from starlette.types import Send
 from starlette.websockets import WebSocket
 
 from triton_tts.client import NO_RETRIES, AsyncTTSClient, AudioChunk, TTSError
-from triton_tts.gateway import audio
+from triton_tts.gateway import audio, captioned
 from triton_tts.gateway.access import ApiKeys, BodyLimit, caller_of, key_of
 from triton_tts.gateway.errors import ApiError, from_tts_error
 from triton_tts.gateway.metrics import GatewayMetrics, SpeechMetrics, Synthesis
-from triton_tts.gateway.schemas import MODEL_IDS, SpeechRequest, parse_speech_body
+from triton_tts.gateway.schemas import (
+    MODEL_IDS,
+    SpeechBody,
+    SpeechRequest,
+    parse_captioned_body,
+    parse_speech_body,
+)
 from triton_tts.gateway.settings import GatewaySettings
 from triton_tts.gateway.speech_socket import SocketCounts, SpeechSocket
 from triton_tts.gateway.voices import Voices
@@ -71,6 +79,7 @@ async def open_stream(
         noise_scale=request.noise_scale,
         noise_w=request.noise_w,
         caller=request.caller,
+        timestamps=request.timestamps,
     )
     try:
         first = await anext(chunks)
@@ -197,12 +206,11 @@ class Gateway:
         assert self._voices is not None, "used before start-up"
         return self._voices
 
-    async def speech(self, request: Request) -> Response:
-        synthesis: Synthesis = request.scope["state"]["synthesis"]  # SpeechMetrics opened it
-        body = parse_speech_body(await request.body(), self.settings.max_input_chars)
-        synthesis.format = body.response_format
+    async def speech_request(
+        self, body: SpeechBody, request: Request, timestamps: bool = False
+    ) -> SpeechRequest:
         voice, speaker = await self.voices.resolve(body.voice)
-        speech_request = SpeechRequest(
+        return SpeechRequest(
             body.input,
             voice,
             speaker,
@@ -211,7 +219,14 @@ class Gateway:
             noise_scale=body.noise_scale,
             noise_w=body.noise_w,
             caller=caller_of(self.settings, key_of(request.headers, {}), request.client),
+            timestamps=timestamps,
         )
+
+    async def speech(self, request: Request) -> Response:
+        synthesis: Synthesis = request.scope["state"]["synthesis"]  # SpeechMetrics opened it
+        body = parse_speech_body(await request.body(), self.settings.max_input_chars)
+        synthesis.format = body.response_format
+        speech_request = await self.speech_request(body, request)
         first, rest = await self.open_stream(speech_request)
         encoder = audio.encoder(speech_request.response_format, first.sample_rate)
         unsent = 0.0  # seconds of audio encoded but not yet out (an encoder may hold some)
@@ -262,6 +277,21 @@ class Gateway:
             "Cache-Control": "no-store",
         }
         return AudioStream(body_bytes(), media_type=encoder.content_type, headers=headers)
+
+    async def captioned(self, request: Request) -> Response:
+        """Speech and its words' times (triton_tts.gateway.captioned)."""
+        synthesis: Synthesis = request.scope["state"]["synthesis"]
+        body = parse_captioned_body(await request.body(), self.settings.max_input_chars)
+        synthesis.format = body.response_format
+        speech_request = await self.speech_request(body, request, timestamps=True)
+        first, rest = await self.open_stream(speech_request)  # refusals: their own status
+        encoder = audio.encoder(speech_request.response_format, first.sample_rate)
+        headers = {"X-Voice": speech_request.voice, "Cache-Control": "no-store"}
+        if body.stream:
+            answer = captioned.lines(first, rest, encoder, synthesis, self.settings)
+            return StreamingResponse(answer, media_type=captioned.NDJSON, headers=headers)
+        whole = await captioned.whole(first, rest, encoder, synthesis, self.settings)
+        return JSONResponse({**whole, "voice": speech_request.voice}, headers=headers)
 
     def cut(self, synthesis: Synthesis, error: ApiError, cause: TTSError) -> None:
         """A response whose status is sent fails: logged, counted, and (AudioStream) cut."""
@@ -341,6 +371,7 @@ def create_app(settings: GatewaySettings) -> Starlette:
         middleware.insert(0, cors)
     routes = [
         Route("/v1/audio/speech", gateway.speech, methods=["POST"]),
+        Route("/v1/audio/speech/captioned", gateway.captioned, methods=["POST"]),
         Route("/v1/models", gateway.models),
         Route("/v1/models/{model:path}", gateway.model),
         Route("/v1/audio/voices", gateway.voice_list),

@@ -19,6 +19,7 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 SPEECH_PATH = "/v1/audio/speech"
+CAPTIONED_PATH = "/v1/audio/speech/captioned"
 # Seconds: first audio on this project's 2-core machine is 0.16 s alone, ~0.6 s in a burst
 # of 8 (docs/performance.md); a GPU node's should be tens of ms.
 FIRST_AUDIO_BUCKETS = (0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
@@ -112,16 +113,21 @@ class Synthesis:
 
 
 class SpeechMetrics:
-    """ASGI middleware around ``POST /v1/audio/speech``: opens its :class:`Synthesis` (the
-    endpoint finds it in ``scope["state"]``) and ends it with what the caller got: ``ok``
-    once the whole body is sent, the error code answered before it or that cut it (the
-    endpoint notes it in ``error_code``), or ``cancelled`` when the caller left."""
+    """ASGI middleware around ``POST /v1/audio/speech`` and its captioned variant: opens
+    its :class:`Synthesis` (the endpoint finds it in ``scope["state"]``) and ends it with
+    what the caller got: ``ok`` once the whole body is sent, the error code answered
+    before it or that cut it or said in it (the endpoint notes it in ``error_code``), or
+    ``cancelled`` when the caller left."""
 
     def __init__(self, app: ASGIApp, metrics: GatewayMetrics) -> None:
         self.app, self.metrics = app, metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] != SPEECH_PATH or scope["method"] != "POST":
+        if (
+            scope["type"] != "http"
+            or scope["path"] not in (SPEECH_PATH, CAPTIONED_PATH)
+            or scope["method"] != "POST"
+        ):
             await self.app(scope, receive, send)
             return
         synthesis = self.metrics.synthesis("http")
@@ -143,10 +149,10 @@ class SpeechMetrics:
             await self.app(scope, receive, watched)
             if status != 200:
                 outcome = synthesis.error_code or f"http_{status}"
+            elif synthesis.error_code:  # cut after the status line (or an error line said)
+                outcome = synthesis.error_code
             elif complete:
                 outcome = OK
-            elif synthesis.error_code:  # cut after the status line
-                outcome = synthesis.error_code
         except (asyncio.CancelledError, ClientDisconnect, OSError):
             raise
         except Exception:

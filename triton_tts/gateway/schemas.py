@@ -185,6 +185,11 @@ class _Synthesis(Voicing):
     input: Annotated[str, AfterValidator(_text), Field(description="a string of text to speak")]
 
 
+# true: each chunk's words with their times (a 'words' message after its audio)
+Timestamps = Annotated[bool, _or_default(False), Field(description="true or false")]
+# true: JSON lines as the audio is made
+Stream = Annotated[bool, _or_default(False), Field(description="true or false")]
+
 PcmFormat = Annotated[
     Literal["s16le", "f32le"], _or_default("s16le"), Field(description=" or ".join(WS_FORMATS))
 ]
@@ -205,11 +210,19 @@ class SpeechBody(_Synthesis):
     ] = "audio"
 
 
+class CaptionedBody(SpeechBody):
+    """``POST /v1/audio/speech/captioned``: the speech body, the audio answered as base64
+    with every word's time; ``stream``: as JSON lines, chunk by chunk."""
+
+    stream: Stream = False
+
+
 class Speak(_Synthesis):
     """The WebSocket's ``speak``: the speech request's fields, and PCM's sample format."""
 
     type: Literal["speak"]
     format: PcmFormat = "s16le"
+    timestamps: Timestamps = False
 
 
 class StartText(Voicing):
@@ -217,6 +230,7 @@ class StartText(Voicing):
 
     type: Literal["start"]
     format: PcmFormat = "s16le"
+    timestamps: Timestamps = False
 
 
 class _Message(BaseModel):
@@ -253,6 +267,7 @@ class End(_Message):
 Message = Speak | StartText | Append | Flush | End | Cancel | Ping
 ClientMessage = Annotated[Message, Field(discriminator="type")]
 _SPEECH_BODY = TypeAdapter(SpeechBody)
+_CAPTIONED_BODY = TypeAdapter(CaptionedBody)
 _CLIENT_MESSAGE: TypeAdapter[Message] = TypeAdapter(ClientMessage)
 MESSAGE_HELP = (
     'send JSON text messages: {"type": "speak", "input": ...}; or a text stream: {"type": "start", ...} '
@@ -273,12 +288,21 @@ class SpeechRequest:
     noise_scale: float | None = None  # extensions (VITS voices): None is the voice's own
     noise_w: float | None = None
     caller: str | None = None  # who asks, for the server's fair shares (access.caller_of)
+    timestamps: bool = False  # the words' times too (voices with word timestamps)
 
 
 def parse_speech_body(raw: bytes, max_input_chars: int) -> SpeechBody:
     """An HTTP body -> its SpeechBody, or ApiError 400."""
     try:
         return _SPEECH_BODY.validate_json(raw, context={"max_input_chars": max_input_chars})
+    except ValidationError as err:
+        raise refusal(err.errors(include_url=False), envelope="invalid_json") from None
+
+
+def parse_captioned_body(raw: bytes, max_input_chars: int) -> CaptionedBody:
+    """A captioned speech body -> its CaptionedBody, or ApiError 400."""
+    try:
+        return _CAPTIONED_BODY.validate_json(raw, context={"max_input_chars": max_input_chars})
     except ValidationError as err:
         raise refusal(err.errors(include_url=False), envelope="invalid_json") from None
 
@@ -309,7 +333,7 @@ _CUSTOM = {"invalid_value", "empty_input", "string_above_max_length", "model_not
 
 
 def _wants(field: str) -> str:
-    for model in (SpeechBody, Speak, Append):
+    for model in (CaptionedBody, Speak, Append):
         info = model.model_fields.get(field)
         if info is not None and info.description:
             return info.description

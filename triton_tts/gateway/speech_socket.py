@@ -2,7 +2,10 @@
 message per chunk and a JSON ``end`` out; one synthesis at a time per socket. Or a text
 stream: an optional ``start``, ``append`` pieces as they are written, ``flush``, ``end``;
 each sentence is synthesised as soon as its end is settled (:mod:`.text_stream`), and the
-audio comes back in order, between one ``start`` and one ``end``.
+audio comes back in order, between one ``start`` and one ``end``. With ``timestamps``
+true (``speak`` or ``start``), each binary message is followed by a JSON ``words``
+message: the words that chunk completes, with their start and end in seconds from the
+start of the request's (or text stream's) audio.
 
 Its limits (each a flag of ``triton-tts gateway``): a message is at most
 ``--max-body-bytes`` (uvicorn refuses a bigger one from its frame header, close code
@@ -26,9 +29,10 @@ from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
-from triton_tts.client import AudioChunk, TTSError
+from triton_tts.client import AudioChunk, TTSError, WordTime
 from triton_tts.gateway import audio
 from triton_tts.gateway.access import allowed_origin, authorized, caller_of, key_digest, key_of
+from triton_tts.gateway.captioned import word_list
 from triton_tts.gateway.errors import ApiError, from_tts_error, invalid
 from triton_tts.gateway.metrics import CANCELLED, OK, GatewayMetrics
 from triton_tts.gateway.schemas import (
@@ -39,7 +43,6 @@ from triton_tts.gateway.schemas import (
     Speak,
     SpeechRequest,
     StartText,
-    Voicing,
     parse_message,
 )
 from triton_tts.gateway.settings import GatewaySettings
@@ -314,7 +317,7 @@ class SpeechSocket:
             started = time.monotonic()
             first, rest = await self.open_speech(self.request_for(message.input, name, speaker, message))
             await self.send_start(request_id, first.sample_rate, message.format, name)
-            chunks, samples = await self.send_audio(first, rest, message.format, synthesis)
+            chunks, samples = await self.send_audio(request_id, first, rest, message.format, synthesis)
             await self.send_json(
                 {
                     "type": "end",
@@ -335,7 +338,9 @@ class SpeechSocket:
             if self.ws.application_state != WebSocketState.CONNECTED:
                 log.debug("socket closed during request %d", request_id)
 
-    def request_for(self, text: str, voice: str, speaker: int | None, voicing: Voicing) -> SpeechRequest:
+    def request_for(
+        self, text: str, voice: str, speaker: int | None, voicing: Speak | StartText
+    ) -> SpeechRequest:
         """A synthesis of ``text`` as ``speak`` or a text stream's ``start`` asks for it."""
         return SpeechRequest(
             text,
@@ -346,6 +351,7 @@ class SpeechSocket:
             noise_scale=voicing.noise_scale,
             noise_w=voicing.noise_w,
             caller=caller_of(self.settings, self.key, self.ws.client),
+            timestamps=voicing.timestamps,
         )
 
     async def send_start(self, request_id: int, sample_rate: int, fmt: str, voice: str) -> None:
@@ -384,15 +390,26 @@ class SpeechSocket:
             return "internal_error"
 
     async def send_audio(
-        self, first: AudioChunk, rest: AsyncGenerator[AudioChunk, None], fmt: str, synthesis: Any
+        self,
+        request_id: int,
+        first: AudioChunk,
+        rest: AsyncGenerator[AudioChunk, None],
+        fmt: str,
+        synthesis: Any,
+        offset_s: float = 0.0,
     ) -> tuple[int, int]:
-        """One binary message per chunk, as it comes; the chunks and samples sent."""
+        """One binary message per chunk, as it comes, and after it a ``words`` message with
+        the words it completes (timestamps asked), their times ``offset_s`` later (a text
+        stream's texts: the audio already sent); the chunks and samples sent."""
         chunks, samples = 0, 0
         async with aclosing(rest):
             chunk: AudioChunk | None = first
             while chunk is not None:
                 data = audio.to_pcm16(chunk.audio) if fmt == "s16le" else chunk.audio.astype("<f4").tobytes()
                 await self.send_bytes(data)
+                if chunk.words:
+                    words = [WordTime(w.word, w.start + offset_s, w.end + offset_s) for w in chunk.words]
+                    await self.send_json({"type": "words", "id": request_id, "words": word_list(words)})
                 synthesis.audio_sent(len(chunk.audio) / chunk.sample_rate)
                 chunks, samples = chunks + 1, samples + len(chunk.audio)
                 chunk = await anext(rest, None)
@@ -422,7 +439,8 @@ class SpeechSocket:
                 if not rate:
                     rate = first.sample_rate
                     await self.send_start(request_id, rate, voicing.format, name)
-                sent = await self.send_audio(first, rest, voicing.format, synthesis)
+                offset_s = samples / rate
+                sent = await self.send_audio(request_id, first, rest, voicing.format, synthesis, offset_s)
                 chunks, samples, texts = chunks + sent[0], samples + sent[1], texts + 1
             await self.send_json(
                 {

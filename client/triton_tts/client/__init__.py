@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         TTSClient,
         TTSError,
         Unauthorized,
+        WordTime,
         auth_headers,
     )
 
@@ -46,6 +47,7 @@ __all__ = [
     "TimedOut",
     "Unauthorized",
     "VoiceInfo",
+    "WordTime",
     "auth_headers",
 ]
 

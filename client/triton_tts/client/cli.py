@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 import soundfile as sf
 
+from triton_tts.client.captions import FORMATS, captions
 from triton_tts.client.tts_client import (
     API_KEY_ENV,
     DEFAULT_TIMEOUT_S,
@@ -23,6 +24,7 @@ from triton_tts.client.tts_client import (
     SynthesisResult,
     TTSClient,
     TTSError,
+    WordTime,
 )
 
 SUBTYPES = {"pcm16": "PCM_16", "float": "FLOAT"}
@@ -77,6 +79,13 @@ def add_say_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--stream", action="store_true", help="write audio as it arrives (gRPC; implies --protocol grpc)"
+    )
+    parser.add_argument(
+        "--captions",
+        default=None,
+        metavar="FILE",
+        help="also write the words' timed captions: FILE.vtt (WebVTT) or FILE.srt (SubRip); "
+        "voices with word timestamps only",
     )
     add_connection_arguments(parser)
     add_synthesis_arguments(parser)
@@ -137,8 +146,19 @@ def _unwritable(output: str) -> str | None:
     return None
 
 
+def _caption_format(path: str | None) -> tuple[str | None, str | None]:
+    """--captions' format (from its suffix), or why it cannot be written."""
+    if path is None:
+        return None, None
+    fmt = Path(path).suffix.lower().lstrip(".")
+    if fmt not in FORMATS:
+        return None, f"--captions {path}: name a .vtt (WebVTT) or .srt (SubRip) file"
+    return fmt, _unwritable(path)
+
+
 def say(args: argparse.Namespace) -> int:
-    problem = _unwritable(args.output)
+    caption_format, problem = _caption_format(args.captions)
+    problem = problem or _unwritable(args.output)
     if problem:
         print(f"triton-tts: {problem}", file=sys.stderr)
         return 1
@@ -155,28 +175,37 @@ def say(args: argparse.Namespace) -> int:
             retry=retry_policy(args),
             api_key=args.api_key,
         ) as client:
+            options = {**_options(args), "timestamps": caption_format is not None}
+            words: list[WordTime] = []
             if not args.stream:
-                result = client.synthesize(text, **_options(args))
+                result = client.synthesize(text, **options)
                 sink = AudioSink(args.output, result.sample_rate, args.format)
                 sink.write(result.audio)
                 seconds, rate, first = result.duration_s, result.sample_rate, None
+                words += result.words
             else:
                 samples = rate = 0
                 first = None
-                for chunk in client.stream(text, **_options(args)):
+                for chunk in client.stream(text, **options):
                     if sink is None:
                         first = time.perf_counter() - start
                         sink, rate = AudioSink(args.output, chunk.sample_rate, args.format), chunk.sample_rate
                     sink.write(chunk.audio)
                     samples += len(chunk.audio)
+                    words += chunk.words
                 seconds = samples / rate if rate else 0.0
+            if caption_format is not None:
+                Path(args.captions).write_text(captions(words, caption_format), encoding="utf-8")
     except TTSError as err:
         print(f"triton-tts: {err}", file=sys.stderr)
         if sink is None and args.output != "-":
             Path(args.output).unlink(missing_ok=True)
         return 1
     except (OSError, sf.SoundFileError) as err:  # the output, after all (a full disk, say)
-        print(f"triton-tts: cannot write {args.output}: {err}", file=sys.stderr)
+        print(
+            f"triton-tts: cannot write {getattr(err, 'filename', None) or args.output}: {err}",
+            file=sys.stderr,
+        )
         return 1
     finally:
         if sink is not None:
@@ -184,6 +213,8 @@ def say(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - start
     first_note = f", first audio after {first:.2f} s" if first is not None else ""
     _report(f"wrote {args.output}: {seconds:.2f} s at {rate} Hz in {elapsed:.2f} s{first_note}", args)
+    if caption_format is not None:
+        _report(f"wrote {args.captions}: {len(words)} words", args)
     return 0
 
 

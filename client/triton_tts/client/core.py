@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from triton_tts.client.auth import Protocol, auth_headers, env_api_key
-from triton_tts.client.datatypes import AudioChunk, SynthesisOptions, SynthesisResult
+from triton_tts.client.datatypes import AudioChunk, SynthesisOptions, SynthesisResult, WordTime
 from triton_tts.client.errors import _server_errors
 from triton_tts.client.retry import DEFAULT_RETRY, Retries, RetryPolicy
 from triton_tts.client.voices import VoiceInfo
@@ -27,6 +27,7 @@ STREAM_MODEL = "tts_stream"
 DEFAULT_TIMEOUT_S = 300.0
 OUTPUTS = ("AUDIO", "SAMPLE_RATE")
 STREAM_OUTPUTS = ("AUDIO", "SAMPLE_RATE", "CHUNK_INDEX", "IS_LAST")
+WORD_OUTPUTS = ("WORDS", "WORD_TIMES")  # asked for only with timestamps (older servers lack them)
 
 # After a stream's request is refused, how long its final flag may take to follow. A stream
 # is closed only after that flag: Triton 2.51's gRPC frontend can leave a request's state
@@ -54,6 +55,8 @@ def build_inputs(lib: Any, text: str | bytes, options: SynthesisOptions) -> list
     inputs = [tensor("TEXT", np.array([[raw]], dtype=np.object_), "BYTES")]
     if options.voice:
         inputs.append(tensor("VOICE", np.array([[options.voice.encode("utf-8")]], np.object_), "BYTES"))
+    if options.timestamps:
+        inputs.append(tensor("TIMESTAMPS", np.array([[True]], dtype=np.bool_), "BOOL"))
     for name, value, dtype, np_type in (
         ("SPEED", options.speed, "FP32", np.float32),
         ("SPEAKER_ID", options.speaker_id, "INT64", np.int64),
@@ -65,10 +68,24 @@ def build_inputs(lib: Any, text: str | bytes, options: SynthesisOptions) -> list
     return inputs
 
 
+def _words(result: Any) -> tuple[WordTime, ...]:
+    """An answer's WORDS [1, n] and WORD_TIMES [1, n, 2]; () when it has none."""
+    words = result.as_numpy("WORDS")
+    if words is None:
+        return ()
+    times = np.asarray(result.as_numpy("WORD_TIMES"), dtype=np.float64).reshape(-1, 2)
+    return tuple(
+        WordTime(w.decode("utf-8") if isinstance(w, bytes) else str(w), float(start), float(end))
+        for w, (start, end) in zip(words.reshape(-1), times, strict=True)
+    )
+
+
 def _result(result: Any) -> SynthesisResult:
     audio = np.asarray(result.as_numpy("AUDIO"), dtype=np.float32).reshape(-1)
     return SynthesisResult(
-        audio=audio, sample_rate=int(np.asarray(result.as_numpy("SAMPLE_RATE")).reshape(-1)[0])
+        audio=audio,
+        sample_rate=int(np.asarray(result.as_numpy("SAMPLE_RATE")).reshape(-1)[0]),
+        words=_words(result),
     )
 
 
@@ -78,6 +95,7 @@ def _chunk(result: Any) -> AudioChunk:
         audio=np.asarray(result.as_numpy("AUDIO"), dtype=np.float32).reshape(-1),
         sample_rate=int(result.as_numpy("SAMPLE_RATE").reshape(-1)[0]),
         is_last=bool(result.as_numpy("IS_LAST").reshape(-1)[0]),
+        words=_words(result),
     )
 
 
@@ -136,13 +154,17 @@ class ClientCore:
         """The voices in ``get_model_config``'s answer (gRPC's wraps the config in "config")."""
         return _voices(answer if self.protocol == "http" else answer["config"])
 
+    def _outputs(self, names: tuple[str, ...], options: SynthesisOptions) -> list[Any]:
+        words = WORD_OUTPUTS if options.timestamps else ()
+        return [self._lib.InferRequestedOutput(n) for n in (*names, *words)]
+
     def _infer_request(self, text: str | bytes, options: SynthesisOptions) -> dict[str, Any]:
         """``infer``'s arguments, but the model. gRPC's call is bounded by ``client_timeout``;
         HTTP's by its session's timeouts (infer's own ``timeout`` would be Triton's request
         timeout, in microseconds)."""
         request: dict[str, Any] = {
             "inputs": build_inputs(self._lib, text, options),
-            "outputs": [self._lib.InferRequestedOutput(n) for n in OUTPUTS],
+            "outputs": self._outputs(OUTPUTS, options),
             "parameters": options.parameters,
             "headers": self.headers,
         }
@@ -156,6 +178,6 @@ class ClientCore:
         return {
             "model_name": self.stream_model,
             "inputs": build_inputs(self._lib, text, options),
-            "outputs": [self._lib.InferRequestedOutput(n) for n in STREAM_OUTPUTS],
+            "outputs": self._outputs(STREAM_OUTPUTS, options),
             **({"parameters": options.parameters} if options.parameters else {}),
         }

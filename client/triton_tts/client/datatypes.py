@@ -23,6 +23,9 @@ class SynthesisOptions:
     # Who asks (a request parameter, not an input): the server's admission holds each
     # named caller to its share (the gateway names one per API key).
     caller: str | None = None
+    # True: the answer also times each word (SynthesisResult.words, AudioChunk.words);
+    # voices without word timestamps refuse it (VoiceInfo.timestamps says which have them).
+    timestamps: bool = False
 
     @property
     def parameters(self) -> dict[str, str] | None:
@@ -30,9 +33,20 @@ class SynthesisOptions:
 
 
 @dataclass(frozen=True)
+class WordTime:
+    """A word as written and when it is said: seconds from the start of the audio (a
+    stream's: from the start of the stream)."""
+
+    word: str
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
 class SynthesisResult:
     audio: npt.NDArray[np.float32]  # float32 samples in [-1, 1], mono
     sample_rate: int
+    words: tuple[WordTime, ...] = ()  # with timestamps=True: every word of the text
 
     @property
     def duration_s(self) -> float:
@@ -50,3 +64,4 @@ class AudioChunk:
     audio: npt.NDArray[np.float32]
     sample_rate: int
     is_last: bool
+    words: tuple[WordTime, ...] = ()  # with timestamps=True: the words this chunk completes

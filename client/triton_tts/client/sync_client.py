@@ -65,10 +65,11 @@ class TTSClient(ClientCore):
         noise_w: float | None = None,
         voice: str | None = None,
         caller: str | None = None,
+        timestamps: bool = False,
     ) -> SynthesisResult:
         """One text (any length) -> the whole audio; unset options take the server's defaults.
         A busy server's refusal is retried per ``retry``."""
-        options = SynthesisOptions(speed, speaker_id, noise_scale, noise_w, voice, caller)
+        options = SynthesisOptions(speed, speaker_id, noise_scale, noise_w, voice, caller, timestamps)
         retries = self._retries()
         while True:
             try:
@@ -94,12 +95,13 @@ class TTSClient(ClientCore):
         noise_w: float | None = None,
         voice: str | None = None,
         caller: str | None = None,
+        timestamps: bool = False,
     ) -> Generator[AudioChunk, None, None]:
         """Audio chunks in order as the server makes them (gRPC). Leaving the loop early
         (or closing the generator) cancels the request on the server. A busy server's
         refusal is retried per ``retry``, only before the first chunk."""
         _needs_grpc(self.protocol)
-        options = SynthesisOptions(speed, speaker_id, noise_scale, noise_w, voice, caller)
+        options = SynthesisOptions(speed, speaker_id, noise_scale, noise_w, voice, caller, timestamps)
         retries = self._retries()
         while True:
             chunks = self._stream_once(text, options)

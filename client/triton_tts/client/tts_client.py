@@ -48,7 +48,7 @@ from triton_tts.client.core import (
     _voices,
     build_inputs,
 )
-from triton_tts.client.datatypes import AudioChunk, SynthesisOptions, SynthesisResult
+from triton_tts.client.datatypes import AudioChunk, SynthesisOptions, SynthesisResult, WordTime
 from triton_tts.client.errors import (
     BUSY_MESSAGES,
     QUEUE_TIMEOUT,
@@ -105,6 +105,7 @@ __all__ = [
     "TimedOut",
     "Unauthorized",
     "VoiceInfo",
+    "WordTime",
     "_Settings",
     "_channel_args",
     "_chunk",
