@@ -28,7 +28,7 @@ def tts_inputs(lib: Any, text: str | bytes, **scalars: float | int | str | bool)
     tensor.set_data_from_numpy(np.array([[raw]], dtype=np.object_))
     inputs = [tensor]
     for name, value in scalars.items():
-        if name == "VOICE":
+        if name in ("VOICE", "TEXT_FORMAT"):
             t = lib.InferInput(name, [1, 1], "BYTES")
             t.set_data_from_numpy(np.array([[str(value).encode()]], dtype=np.object_))
         elif name == "SPEAKER_ID":

@@ -176,25 +176,30 @@ def socket(gateway: str) -> Iterator[Connection]:
 
 
 def collect(ws: Connection) -> tuple[dict[str, Any], list[bytes], list[dict[str, Any]], dict[str, Any]]:
-    """start, the binary frames, the words messages (each after its frame), and the end."""
+    """start, the binary frames, the words messages (each just before its frame), and the end."""
     start = next_json(ws)
     assert start["type"] == "start", start
     frames: list[bytes] = []
     words: list[dict[str, Any]] = []
+    waiting: dict[str, Any] | None = None  # a words message, until its chunk comes
     while True:
         message = receive(ws)
         if isinstance(message, bytes):
             frames.append(message)
+            if waiting is not None:
+                words.append({**waiting, "with_samples": sum(len(f) for f in frames) // 2})
+                waiting = None
             continue
         parsed = json.loads(message)
         if parsed["type"] == "words":
-            assert frames and len(words) < len(frames), "a words message before its chunk"
-            words.append({**parsed, "after_samples": sum(len(f) for f in frames) // 2})
+            assert waiting is None, "two words messages with no chunk between"
+            waiting = parsed
         elif parsed["type"] != "ping":
+            assert waiting is None, f"a words message with no chunk after it: {waiting}"
             return start, frames, words, parsed
 
 
-def test_a_speak_with_timestamps_sends_words_after_their_audio(
+def test_a_speak_with_timestamps_sends_words_before_their_audio(
     socket: Connection, streamed: tuple[list[tuple[str, float, float]], float]
 ) -> None:
     socket.send(json.dumps({"type": "speak", "input": TEXT, "timestamps": True, **NO_NOISE}))
@@ -204,7 +209,7 @@ def test_a_speak_with_timestamps_sends_words_after_their_audio(
     for message in messages:
         assert message["id"] == start["id"]
         timed = from_json(message["words"])
-        assert all(e <= message["after_samples"] / 22050 + TOLERANCE_S for _, _, e in timed)
+        assert all(e <= message["with_samples"] / 22050 + TOLERANCE_S for _, _, e in timed)
         words += timed
     same_words(words, streamed[0])
     socket.send(json.dumps({"type": "speak", "input": "No words, please."}))

@@ -40,7 +40,8 @@ from triton_tts.errors import RequestErrors
 from triton_tts.limits import TOO_LONG, ChunkLimits, chunk_scale
 from triton_tts.loopback import Loopback, LoopbackFailed, Unreachable
 from triton_tts.pacing import Pacer
-from triton_tts.request_options import read_options, read_text
+from triton_tts.request_options import RequestOptions, read_options, read_text
+from triton_tts.text import ssml
 from triton_tts.text.frontend import is_chinese, normalizer
 from triton_tts.text.speaks import pronounceable
 from triton_tts.text.words import Word, WordClock, tokens
@@ -112,10 +113,47 @@ class LongTextRequest:
     audio_s: float = 0.0  # predicted audio of all chunks (admission)
     first_audio_s: float = 0.0  # of the first chunk
     written: list[str] | None = None  # TIMESTAMPS: the text's words as written
+    shape: ChunkShape | None = None  # SSML: each chunk's speed, gain and silence after
 
     def word_clock(self) -> WordClock | None:
         """The request's word timestamps, chunk by chunk (None: TIMESTAMPS not asked)."""
         return None if self.written is None else WordClock(self.written, self.chunks)
+
+    def extras(self, index: int) -> list[Any]:
+        """The inputs sent with chunk ``index`` besides TEXT."""
+        if self.shape is None:
+            return self.passed_through
+        speed = pb_utils.Tensor("SPEED", np.array([[self.shape.speeds[index]]], dtype=np.float32))
+        return [*(t for t in self.passed_through if t.name() != "SPEED"), speed]
+
+    def shaped(self, index: int, samples: npt.NDArray[np.float32], rate: int) -> npt.NDArray[np.float32]:
+        """Chunk ``index``'s audio with its gain, and its silences (exact zeros)."""
+        if self.shape is None or not rate:
+            return samples
+        return self.shape.apply(index, samples, rate)
+
+
+@dataclass(frozen=True)
+class ChunkShape:
+    """What SSML sets per chunk: the SPEED it is said at, a gain in dB (None: silent), the
+    seconds of silence after it, and before the first chunk."""
+
+    speeds: list[float]
+    gains_db: list[float | None]
+    pauses_s: list[float]
+    lead_s: float = 0.0
+
+    def apply(self, index: int, samples: npt.NDArray[np.float32], rate: int) -> npt.NDArray[np.float32]:
+        gain = self.gains_db[index]
+        if gain is None:
+            samples = np.zeros_like(samples)
+        elif gain:
+            samples = np.clip(samples * np.float32(10 ** (gain / 20)), -1.0, 1.0).astype(np.float32)
+        before = round((self.lead_s if index == 0 else 0.0) * rate)
+        after = round(self.pauses_s[index] * rate)
+        if not before and not after:
+            return samples
+        return np.concatenate([np.zeros(before, np.float32), samples, np.zeros(after, np.float32)])
 
 
 CHINESE_CHARS_SCALE = 0.25  # 400 -> 100 characters, about 20 s of Mandarin
@@ -179,12 +217,22 @@ def read_request(
 
     if options.timestamps:
         check_timestamps(voice.name, voice.timestamps)
-    spoken = normalizer(voice.language)(text) if options.normalize else text
-    if not says_something(spoken):
+    normalize = normalizer(voice.language) if options.normalize else (lambda t: t)
+    shape: ChunkShape | None = None
+    if ssml.is_ssml(text, options.text_format):
+        document = ssml.read(text, normalize, not is_chinese(voice.language), options.speed or 1.0)
+        chunks, shape = _ssml_chunks(document, settings, voice, options, says_something, first_scale)
+        written = document.written
+    else:
+        spoken = normalize(text)
+        if not says_something(spoken):
+            raise NothingToSay()
+        plan = settings.plan.scaled(chars_scale(voice) * chunk_scale(limits, options.speed, options.noise_w))
+        plan = plan.first_shorter(first_scale)
+        chunks = [chunk for chunk in split_text(spoken, plan) if says_something(chunk)]
+        written = text
+    if not chunks:
         raise NothingToSay()
-    plan = settings.plan.scaled(chars_scale(voice) * chunk_scale(limits, options.speed, options.noise_w))
-    plan = plan.first_shorter(first_scale)
-    chunks = [chunk for chunk in split_text(spoken, plan) if says_something(chunk)]
     extras = [
         t for name in CHUNK_OPTIONS if (t := pb_utils.get_input_tensor_by_name(request, name)) is not None
     ]
@@ -192,8 +240,14 @@ def read_request(
     if options.timestamps:
         extras.append(pb_utils.Tensor("TIMESTAMPS", np.array([[True]], dtype=np.bool_)))
 
-    def audio_s(texts: list[str]) -> float:
-        return limits.audio_seconds(sum(len(t) for t in texts), options.speed, options.noise_w)
+    def audio_s(count: int) -> float:
+        speeds = shape.speeds if shape is not None else [options.speed] * len(chunks)
+        said = sum(
+            limits.audio_seconds(len(t), speed, options.noise_w)
+            for t, speed in zip(chunks[:count], speeds[:count], strict=True)
+        )
+        silence = 0.0 if shape is None else shape.lead_s + sum(shape.pauses_s[:count])
+        return said + silence
 
     return LongTextRequest(
         request_id,
@@ -204,10 +258,48 @@ def read_request(
         len(text),
         says_something,
         caller=read_caller(request),
-        audio_s=audio_s(chunks),
-        first_audio_s=audio_s(chunks[:1]),
-        written=tokens(text) if options.timestamps else None,
+        audio_s=audio_s(len(chunks)),
+        first_audio_s=audio_s(1),
+        written=tokens(written) if options.timestamps else None,
+        shape=shape,
     )
+
+
+def _ssml_chunks(
+    document: ssml.Document,
+    settings: LongTextSettings,
+    voice: VoiceInfo,
+    options: RequestOptions,
+    says_something: Callable[[str], bool],
+    first_scale: float,
+) -> tuple[list[str], ChunkShape]:
+    """An SSML document's chunks: each segment cut on its own (no chunk spans an element
+    boundary of rate, volume or break), with its speed, gain and the silence after it."""
+    limits = settings.limits[voice.name]
+    chunks: list[str] = []
+    speeds: list[float] = []
+    gains: list[float | None] = []
+    pauses: list[float] = []
+    lead = document.lead_s
+    for segment in document.segments:
+        speed = (options.speed or 1.0) * segment.rate
+        pieces: list[str] = []
+        if says_something(segment.text):
+            plan = settings.plan.scaled(chars_scale(voice) * chunk_scale(limits, speed, options.noise_w))
+            if not chunks:
+                plan = plan.first_shorter(first_scale)
+            pieces = [chunk for chunk in split_text(segment.text, plan) if says_something(chunk)]
+        if not pieces:  # silence only: after what came before (or before the first chunk)
+            if pauses:
+                pauses[-1] += segment.pause_s
+            else:
+                lead += segment.pause_s
+            continue
+        chunks += pieces
+        speeds += [speed] * len(pieces)
+        gains += [segment.gain_db] * len(pieces)
+        pauses += [0.0] * (len(pieces) - 1) + [segment.pause_s]
+    return chunks, ChunkShape(speeds, gains, pauses, lead)
 
 
 CALLER_PARAMETER = "caller"  # request parameter naming who sends it (admission's shares)
@@ -414,7 +506,7 @@ def in_order(
                 synthesize_chunk,
                 request.model,
                 request.chunks[submitted],
-                request.passed_through,
+                request.extras(submitted),
                 chunk_id,
                 request.says_something,
                 senders.for_chunk(submitted, pacer),
@@ -422,7 +514,7 @@ def in_order(
             submitted += 1
         said = pending.pop(index).result()
         rate = said.rate
-        joined = join_edges(said.samples, rate, index, count)
+        joined = request.shaped(index, join_edges(said.samples, rate, index, count), rate)
         yield index, said._replace(samples=joined)
         if pacer is not None and rate:
             pacer.sent(joined.size / rate)

@@ -393,6 +393,9 @@ def _long_text(name: str, opts: BuildOptions, streaming: bool) -> mc.ModelConfig
     _tensor(config.input, "TEXT", mc.TYPE_STRING, [1])
     for input_name, dtype in TEXT_INPUTS:
         _tensor(config.input, input_name, dtype, [1], optional=True)
+    # "text", "ssml" or "auto" (SSML when TEXT starts with <speak): tts and tts_stream read
+    # SSML (triton_tts/text/ssml.py) and send its chunks as text.
+    _tensor(config.input, "TEXT_FORMAT", mc.TYPE_STRING, [1], optional=True)
     _tensor(config.output, "AUDIO", mc.TYPE_FP32, [-1])
     _tensor(config.output, "SAMPLE_RATE", mc.TYPE_INT32, [1])
     _word_outputs(config)  # empty unless TIMESTAMPS (for voices that have them)

@@ -23,6 +23,7 @@ from triton_tts.validation import (
     check_noise,
     check_speaker,
     check_speed,
+    check_text_format,
     check_voice,
     decode_text,
 )
@@ -39,6 +40,7 @@ class RequestOptions:
     noise_w: float | None
     normalize: bool  # NORMALIZE: false reads TEXT as written
     timestamps: bool = False  # TIMESTAMPS: WORDS and WORD_TIMES too
+    text_format: str = "auto"  # TEXT_FORMAT: text, ssml, or auto (SSML if it starts with <speak)
 
 
 def read_text(request: Any, limit: int) -> str:
@@ -77,6 +79,9 @@ def read_options(request: Any, voices: Mapping[str, int]) -> RequestOptions:
     noise_w = _number(request, "NOISE_W")
     normalize = _one(request, "NORMALIZE")
     timestamps = _one(request, "TIMESTAMPS")
+    text_format = _one(request, "TEXT_FORMAT")
+    if isinstance(text_format, bytes):
+        text_format = text_format.decode("utf-8", "replace")
     return RequestOptions(
         voice=voice,
         speed=None if speed is None else check_speed(speed),
@@ -85,4 +90,5 @@ def read_options(request: Any, voices: Mapping[str, int]) -> RequestOptions:
         noise_w=None if noise_w is None else check_noise("NOISE_W", noise_w),
         normalize=True if normalize is None else bool(normalize),
         timestamps=False if timestamps is None else bool(timestamps),
+        text_format=check_text_format("auto" if text_format is None else str(text_format)),
     )

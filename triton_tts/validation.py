@@ -83,6 +83,16 @@ def check_voice(name: str, served: Sequence[str]) -> str:
     return name
 
 
+TEXT_FORMATS = ("auto", "text", "ssml")
+
+
+def check_text_format(value: str) -> str:
+    """TEXT_FORMAT: "text", "ssml", or "auto" (SSML when the text starts with ``<speak``)."""
+    if value not in TEXT_FORMATS:
+        raise InvalidRequest(f"TEXT_FORMAT must be one of {', '.join(TEXT_FORMATS)}, got {value[:40]!r}")
+    return value
+
+
 def check_timestamps(voice: str, available: bool) -> None:
     """TIMESTAMPS asked of a voice: only voices whose acoustic model says its durations."""
     if not available:

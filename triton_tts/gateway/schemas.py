@@ -185,7 +185,7 @@ class _Synthesis(Voicing):
     input: Annotated[str, AfterValidator(_text), Field(description="a string of text to speak")]
 
 
-# true: each chunk's words with their times (a 'words' message after its audio)
+# true: each chunk's words with their times (a 'words' message before its audio)
 Timestamps = Annotated[bool, _or_default(False), Field(description="true or false")]
 # true: JSON lines as the audio is made
 Stream = Annotated[bool, _or_default(False), Field(description="true or false")]

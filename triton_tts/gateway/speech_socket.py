@@ -3,7 +3,7 @@ message per chunk and a JSON ``end`` out; one synthesis at a time per socket. Or
 stream: an optional ``start``, ``append`` pieces as they are written, ``flush``, ``end``;
 each sentence is synthesised as soon as its end is settled (:mod:`.text_stream`), and the
 audio comes back in order, between one ``start`` and one ``end``. With ``timestamps``
-true (``speak`` or ``start``), each binary message is followed by a JSON ``words``
+true (``speak`` or ``start``), each binary message comes after a JSON ``words``
 message: the words that chunk completes, with their start and end in seconds from the
 start of the request's (or text stream's) audio.
 
@@ -398,7 +398,7 @@ class SpeechSocket:
         synthesis: Any,
         offset_s: float = 0.0,
     ) -> tuple[int, int]:
-        """One binary message per chunk, as it comes, and after it a ``words`` message with
+        """One binary message per chunk, as it comes, and before it a ``words`` message with
         the words it completes (timestamps asked), their times ``offset_s`` later (a text
         stream's texts: the audio already sent); the chunks and samples sent."""
         chunks, samples = 0, 0
@@ -406,10 +406,10 @@ class SpeechSocket:
             chunk: AudioChunk | None = first
             while chunk is not None:
                 data = audio.to_pcm16(chunk.audio) if fmt == "s16le" else chunk.audio.astype("<f4").tobytes()
-                await self.send_bytes(data)
                 if chunk.words:
                     words = [WordTime(w.word, w.start + offset_s, w.end + offset_s) for w in chunk.words]
                     await self.send_json({"type": "words", "id": request_id, "words": word_list(words)})
+                await self.send_bytes(data)
                 synthesis.audio_sent(len(chunk.audio) / chunk.sample_rate)
                 chunks, samples = chunks + 1, samples + len(chunk.audio)
                 chunk = await anext(rest, None)

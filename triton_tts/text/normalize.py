@@ -204,6 +204,9 @@ def _say_date(month: int, day: int | None, year: int | None, *, day_first: bool 
     return words
 
 
+say_date = _say_date  # SSML's say-as date reads its parts the same way
+
+
 def _optional_int(value: str | None) -> int | None:
     return int(value) if value is not None else None
 
