@@ -80,6 +80,7 @@ async def open_stream(
         noise_w=request.noise_w,
         caller=request.caller,
         timestamps=request.timestamps,
+        text_format=request.text_format,
     )
     try:
         first = await anext(chunks)

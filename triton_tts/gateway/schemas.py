@@ -289,6 +289,7 @@ class SpeechRequest:
     noise_w: float | None = None
     caller: str | None = None  # who asks, for the server's fair shares (access.caller_of)
     timestamps: bool = False  # the words' times too (voices with word timestamps)
+    text_format: str | None = None  # None: the server's auto (SSML when it starts with <speak)
 
 
 def parse_speech_body(raw: bytes, max_input_chars: int) -> SpeechBody:

@@ -352,6 +352,8 @@ class SpeechSocket:
             noise_w=voicing.noise_w,
             caller=caller_of(self.settings, self.key, self.ws.client),
             timestamps=voicing.timestamps,
+            # a text stream's sentences are text: SSML is a whole document (speak it whole)
+            text_format="text" if isinstance(voicing, StartText) else None,
         )
 
     async def send_start(self, request_id: int, sample_rate: int, fmt: str, voice: str) -> None:

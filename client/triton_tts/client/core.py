@@ -55,6 +55,8 @@ def build_inputs(lib: Any, text: str | bytes, options: SynthesisOptions) -> list
     inputs = [tensor("TEXT", np.array([[raw]], dtype=np.object_), "BYTES")]
     if options.voice:
         inputs.append(tensor("VOICE", np.array([[options.voice.encode("utf-8")]], np.object_), "BYTES"))
+    if options.text_format:
+        inputs.append(tensor("TEXT_FORMAT", np.array([[options.text_format.encode()]], np.object_), "BYTES"))
     if options.timestamps:
         inputs.append(tensor("TIMESTAMPS", np.array([[True]], dtype=np.bool_), "BOOL"))
     for name, value, dtype, np_type in (

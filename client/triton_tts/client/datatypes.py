@@ -26,6 +26,8 @@ class SynthesisOptions:
     # True: the answer also times each word (SynthesisResult.words, AudioChunk.words);
     # voices without word timestamps refuse it (VoiceInfo.timestamps says which have them).
     timestamps: bool = False
+    # "text", "ssml" or "auto" (the server's default: SSML when the text starts with <speak)
+    text_format: str | None = None
 
     @property
     def parameters(self) -> dict[str, str] | None:

@@ -66,10 +66,13 @@ class TTSClient(ClientCore):
         voice: str | None = None,
         caller: str | None = None,
         timestamps: bool = False,
+        text_format: str | None = None,
     ) -> SynthesisResult:
         """One text (any length) -> the whole audio; unset options take the server's defaults.
         A busy server's refusal is retried per ``retry``."""
-        options = SynthesisOptions(speed, speaker_id, noise_scale, noise_w, voice, caller, timestamps)
+        options = SynthesisOptions(
+            speed, speaker_id, noise_scale, noise_w, voice, caller, timestamps, text_format
+        )
         retries = self._retries()
         while True:
             try:
@@ -96,12 +99,15 @@ class TTSClient(ClientCore):
         voice: str | None = None,
         caller: str | None = None,
         timestamps: bool = False,
+        text_format: str | None = None,
     ) -> Generator[AudioChunk, None, None]:
         """Audio chunks in order as the server makes them (gRPC). Leaving the loop early
         (or closing the generator) cancels the request on the server. A busy server's
         refusal is retried per ``retry``, only before the first chunk."""
         _needs_grpc(self.protocol)
-        options = SynthesisOptions(speed, speaker_id, noise_scale, noise_w, voice, caller, timestamps)
+        options = SynthesisOptions(
+            speed, speaker_id, noise_scale, noise_w, voice, caller, timestamps, text_format
+        )
         retries = self._retries()
         while True:
             chunks = self._stream_once(text, options)
