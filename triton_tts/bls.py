@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -43,6 +44,7 @@ from triton_tts.pacing import Pacer
 from triton_tts.request_options import RequestOptions, read_options, read_text
 from triton_tts.text import ssml
 from triton_tts.text.frontend import is_chinese, normalizer
+from triton_tts.text.pronounce import Lexicon, unmarked
 from triton_tts.text.speaks import pronounceable
 from triton_tts.text.words import Word, WordClock, tokens
 from triton_tts.validation import MAX_LONG_TEXT_CHARS, InvalidRequest, NothingToSay, check_timestamps
@@ -174,6 +176,7 @@ class LongTextSettings:
     voices: list[VoiceInfo]  # the default first, as the voices parameter says
     limits: dict[str, ChunkLimits]  # voice name -> its chunk budget
     threads: int
+    lexicons: Mapping[str, Lexicon] = MappingProxyType({})  # voice name -> --lexicon's entries
 
     @property
     def speakers(self) -> dict[str, int]:
@@ -198,7 +201,21 @@ class LongTextSettings:
             voices=voices,
             limits={v.name: ChunkLimits.from_json(json.dumps(v.chunk_limits)) for v in voices},
             threads=int(params["bls_threads"]),
+            lexicons=voice_lexicons(
+                voices, [Lexicon.from_json(x) for x in json.loads(params.get("lexicons", "[]"))]
+            ),
         )
+
+
+def voice_lexicons(voices: list[VoiceInfo], lexicons: list[Lexicon]) -> Mapping[str, Lexicon]:
+    """Each voice's entries: all of its language's lexicons (a later file's entry wins).
+    Mandarin voices take none (their pronunciations are pinyin, not IPA)."""
+    out = {}
+    for voice in voices:
+        serving = [x for x in lexicons if x.serves(voice.language) and not is_chinese(voice.language)]
+        if serving:
+            out[voice.name] = Lexicon(voice.language, {k: v for x in serving for k, v in x.entries.items()})
+    return MappingProxyType(out)
 
 
 def read_request(
@@ -207,17 +224,22 @@ def read_request(
     """TEXT -> the chunks to say, each with something to pronounce; everything checked
     before any chunk runs (a text with nothing to say: :class:`NothingToSay`).
     ``first_scale``: the first chunk that much shorter (streams in a burst)."""
-    text = read_text(request, MAX_LONG_TEXT_CHARS)
+    text = unmarked(read_text(request, MAX_LONG_TEXT_CHARS))  # phonemes are marked only here
     options = read_options(request, settings.speakers)
     voice = settings.voice(options.voice)
     limits = settings.limits[voice.name]
+    lexicon = settings.lexicons.get(voice.name)
 
     def says_something(piece: str) -> bool:
         return pronounceable(piece, voice.tokens)
 
     if options.timestamps:
         check_timestamps(voice.name, voice.timestamps)
-    normalize = normalizer(voice.language) if options.normalize else (lambda t: t)
+    normalized = normalizer(voice.language) if options.normalize else (lambda t: t)
+
+    def normalize(piece: str) -> str:
+        return lexicon.apply(normalized(piece))[0] if lexicon else normalized(piece)
+
     shape: ChunkShape | None = None
     if ssml.is_ssml(text, options.text_format):
         document = ssml.read(text, normalize, not is_chinese(voice.language), options.speed or 1.0)

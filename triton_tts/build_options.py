@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from triton_tts.client.voices import CHUNK_MODEL, VoiceInfo
 from triton_tts.limits import MAX_CHUNK_IDS, ChunkLimits
+from triton_tts.text.pronounce import Lexicon
 
 _T = TypeVar("_T")
 
@@ -158,6 +159,9 @@ class BuildOptions:
     )
     # The voices served, the default first (`triton-tts voices` reads them back).
     voices: tuple[VoiceModels, ...] = (VoiceModels(),)
+    # Pronunciation lexicons (serve/build-repo --lexicon [LANG=]FILE): the long-text models
+    # mark their words' phonemes (triton_tts/text/pronounce.py) for the voices of LANG.
+    lexicons: tuple[Lexicon, ...] = ()
 
     @property
     def stage_queue_size(self) -> int:

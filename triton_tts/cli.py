@@ -42,6 +42,7 @@ from triton_tts.model_configs import THREADS, BuildOptions, build_option_fields
 from triton_tts.server import DRAIN_TIMEOUT_S, TritonServer, drain, supervised
 
 if TYPE_CHECKING:
+    from triton_tts.text.pronounce import Lexicon
     from triton_tts.voice import Voice
 
 ADMIN_KEY_ENV = "TRITON_TTS_ADMIN_KEY"  # default: a fresh random key per start
@@ -95,7 +96,22 @@ def build_options(args: argparse.Namespace) -> BuildOptions:
     for option in build_option_fields():
         value = getattr(args, option.name)
         values[option.name] = tuple(value) if isinstance(value, list) else value
-    return BuildOptions(**values)
+    return BuildOptions(**values, lexicons=_lexicons(getattr(args, "lexicon", None)))
+
+
+LEXICON_HELP = (
+    "pronunciation lexicon, word<TAB>IPA per line, for the voices of LANG (default en); "
+    "repeatable (docs/api.md, 'Lexicons')"
+)
+
+
+def _lexicons(specs: list[str] | None) -> tuple[Lexicon, ...]:
+    from triton_tts.text.pronounce import load_lexicon
+
+    try:
+        return tuple(load_lexicon(spec) for spec in specs or [])
+    except ValueError as err:
+        raise UserError(str(err)) from None
 
 
 def _voice_dirs(args: argparse.Namespace) -> list[Path]:
@@ -176,6 +192,7 @@ def _frontend_voice(args: argparse.Namespace) -> Voice | None:
 def cmd_frontend(args: argparse.Namespace) -> int:
     from triton_tts.text.chinese import baker_symbols, pinyin
     from triton_tts.text.frontend import frontend_for
+    from triton_tts.text.pronounce import parts
     from triton_tts.text.reader import TextReader
     from triton_tts.voice import PINYIN_BAKER
 
@@ -189,7 +206,20 @@ def cmd_frontend(args: argparse.Namespace) -> int:
     spoken = frontend.normalize(text)
     print(f"language:      {frontend.language}")
     print(f"normalised:    {spoken}")
-    print(f"pronunciation: {frontend.pronounce(spoken)}")
+    lexicons = [x for x in _lexicons(args.lexicon) if x.serves(frontend.language)]
+    for lexicon in lexicons:
+        spoken, applied = lexicon.apply(spoken)
+        for words, phonemes in applied:
+            print(f"lexicon:       {words} -> {phonemes} ({lexicon.source})")
+    if args.lexicon and not lexicons:
+        print(f"lexicon:       none for {frontend.language}")
+    if voice is not None and voice.tokens != PINYIN_BAKER and len(parts(spoken)) > 1:
+        print(f"pronunciation: {TextReader(voice).phonemes(spoken)}")
+    else:
+        said = [
+            piece if given else frontend.pronounce(piece) for given, piece in parts(spoken) if piece.strip()
+        ]
+        print(f"pronunciation: {' '.join(said)}")
     if voice is not None and voice.tokens == PINYIN_BAKER:  # what the voice's ids are made of
         print(f"symbols:       {' '.join(baker_symbols(pinyin(spoken), voice.syllables))}")
     if voice is not None:
@@ -318,6 +348,12 @@ def _add_inspection_commands(sub: Any, defaults: type[argparse.HelpFormatter]) -
     chosen = frontend.add_mutually_exclusive_group()
     chosen.add_argument("--voice", help="voice folder or name (default: the default voice)")
     chosen.add_argument("--language", help="a language instead of a voice: zh (Mandarin), en-us...")
+    frontend.add_argument(
+        "--lexicon",
+        action="append",
+        metavar="[LANG=]FILE",
+        help="apply a lexicon, and show its entries that apply",
+    )
     frontend.set_defaults(func=cmd_frontend)
 
 
@@ -396,6 +432,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="also run the OpenAI-compatible gateway (triton-tts gateway) on this port; 0: off "
         f"(`make serve` uses {gateway_command.DEFAULT_PORT}). API keys: env {gateway_command.API_KEY_ENV}",
     )
+    serve.add_argument("--lexicon", action="append", metavar="[LANG=]FILE", help=LEXICON_HELP)
     add_build_options(serve)
     serve.set_defaults(func=cmd_serve)
 
@@ -445,6 +482,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--voice", type=Path, action="append", help="voice folder; repeat for several (first = default)"
     )
     build.add_argument("--out", type=Path, default=paths.default_build_dir(), help="repository to build")
+    build.add_argument("--lexicon", action="append", metavar="[LANG=]FILE", help=LEXICON_HELP)
     add_build_options(build)
     build.set_defaults(func=cmd_build_repo)
     return parser

@@ -28,6 +28,7 @@ serve every voice and pick the ensemble from the request's VOICE input.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from google.protobuf import text_format
@@ -428,6 +429,7 @@ def _long_text(name: str, opts: BuildOptions, streaming: bool) -> mc.ModelConfig
         lead_ms=str(opts.stream_lead_ms if streaming else 0),
         # Every voice served, the default first.
         voices=VoiceInfo.list_to_json([v.served for v in opts.voices]),
+        lexicons=json.dumps([lexicon.to_json() for lexicon in opts.lexicons], ensure_ascii=False),
     )
     if streaming:
         _params(

@@ -9,19 +9,37 @@ Baker-corpus symbols for ``pinyin-baker`` ones (triton_tts/text/chinese.py).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import TYPE_CHECKING
 
 from triton_tts.text.frontend import frontend_for, is_chinese
+from triton_tts.text.pronounce import parts, unknown_symbols
 from triton_tts.text.speaks import reading_speaks
 from triton_tts.text.words import letter_owners, phoneme_owners, tokens
+from triton_tts.validation import InvalidRequest
 from triton_tts.voice import PINYIN_BAKER
 
 if TYPE_CHECKING:
     from triton_tts.text.phonemize import EspeakPhonemizer
     from triton_tts.voice import Voice
+
+
+# A word espeak-ng reads the same way anywhere and that no text holds: it stands where a
+# given pronunciation goes while the text around it is read.
+STAND_IN = "blorpzag"
+
+
+def _put_back(phonemes: str, stand_in: str, given: list[str]) -> str | None:
+    """``phonemes`` with each stand-in word replaced by the next given pronunciation;
+    None when the stand-in is not found as a word exactly once per pronunciation."""
+    pattern = re.compile(rf"(?<![^\s.,;:!?]){re.escape(stand_in)}(?![^\s.,;:!?])")
+    if len(pattern.findall(phonemes)) != len(given):
+        return None
+    queue = iter(given)
+    return pattern.sub(lambda _: " ".join(next(queue).split()), phonemes)
 
 
 @dataclass(frozen=True)
@@ -63,12 +81,15 @@ class TextReader:
         if self.baker:
             from triton_tts.text.chinese import baker_symbols, pinyin
 
+            if any(len(parts(text)) > 1 or parts(text)[0][0] for text in texts):
+                raise InvalidRequest(f"voice '{self.voice.name}' takes no IPA pronunciations (pinyin voices)")
+
             said = [baker_symbols(pinyin(text), self.voice.syllables) for text in texts]
             return [self._reading(" ".join(s), self.voice.symbols_to_ids(s)) for s in said]
         from triton_tts.text.phonemize import espeak  # libespeak-ng: loaded on first use
 
         phonemizer = espeak(self.voice.phonemizer_language)
-        symbols = phonemizer.symbols(texts, self.voice.tokens)
+        symbols = self._symbols(phonemizer, texts)
         readings = [self._reading(phonemes, self.voice.phonemes_to_ids(phonemes)) for phonemes in symbols]
         for i, wanted in enumerate(owned):
             if wanted:
@@ -76,11 +97,61 @@ class TextReader:
                 readings[i] = replace(readings[i], owners=self.voice.id_owners(symbols[i], owners))
         return readings
 
+    def phonemes(self, text: str) -> str:
+        """What an espeak-ng voice says for ``text`` (marked pronunciations put in)."""
+        from triton_tts.text.phonemize import espeak
+
+        return self._symbols(espeak(self.voice.phonemizer_language), [text])[0]
+
     def _letter_owners(self, phonemizer: EspeakPhonemizer, text: str, symbols: str) -> list[int]:
         if self.voice.tokens == "characters":
             return letter_owners(symbols)
-        alone = phonemizer.symbols(tokens(text), self.voice.tokens)
+        alone = self._symbols(phonemizer, tokens(text))
         return phoneme_owners(symbols, alone)
+
+    def _symbols(self, phonemizer: EspeakPhonemizer, texts: list[str]) -> list[str]:
+        """The texts' symbols, a marked pronunciation's phonemes as given
+        (triton_tts/text/pronounce.py). espeak-ng reads each text whole with a stand-in
+        word where a pronunciation is, so the words around it keep their context (a
+        clause-final "a" is the letter, a mid-clause one the article), and the stand-in's
+        phonemes are replaced; if espeak joined the stand-in with a neighbour, the pieces
+        around each pronunciation are read apart instead."""
+        split = [parts(text) for text in texts]
+        if all(len(pieces) == 1 and not pieces[0][0] for pieces in split):
+            return phonemizer.symbols(texts, self.voice.tokens)
+        if self.voice.tokens == "characters":
+            raise InvalidRequest(
+                f"voice '{self.voice.name}' reads letters, not phonemes: it takes no pronunciations"
+            )
+        for pieces in split:
+            for is_given, piece in pieces:
+                if is_given:
+                    self._check(piece)
+        stand_ins = [
+            "".join(f" {STAND_IN} " if is_given else piece for is_given, piece in pieces) for pieces in split
+        ]
+        said = phonemizer.symbols(stand_ins, self.voice.tokens)
+        stand_in = phonemizer.symbols([STAND_IN], self.voice.tokens)[0].strip()
+        out = []
+        for pieces, phonemes in zip(split, said, strict=True):
+            given = [piece for is_given, piece in pieces if is_given]
+            put_back = _put_back(phonemes, stand_in, given)
+            out.append(put_back if put_back is not None else self._apart(phonemizer, pieces))
+        return out
+
+    def _apart(self, phonemizer: EspeakPhonemizer, pieces: list[tuple[bool, str]]) -> str:
+        plain = [piece for given, piece in pieces if not given]
+        said = iter(phonemizer.symbols(plain, self.voice.tokens) if plain else [])
+        read = [piece if given else next(said) for given, piece in pieces]
+        return " ".join(r.strip() for r in read if r.strip())
+
+    def _check(self, phonemes: str) -> None:
+        unknown = unknown_symbols(phonemes, self.voice.symbols)
+        if unknown:
+            raise InvalidRequest(
+                f"the pronunciation {phonemes!r} has {', '.join(repr(c) for c in unknown)}: not among "
+                f"voice '{self.voice.name}'s phonemes"
+            )
 
     def _reading(self, symbols: str, ids: list[int]) -> Reading:
         return Reading(ids, reading_speaks(symbols, len(ids), self.framing))

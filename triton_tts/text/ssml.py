@@ -23,9 +23,11 @@ silence its breaks ask for. The elements:
   time, currency, fraction. English voices read each as written here; others read the
   content through their normaliser.
 * ``sub`` ``alias``: the alias is said; the word timestamps name the element's text.
+* ``phoneme`` ``alphabet="ipa"`` ``ph``: the phonemes are said instead of the word
+  (espeak-ng voices; each symbol must be one of the voice's phonemes).
 * ``emphasis``, ``lang``, ``mark``: their text is spoken as it is (``mark`` is empty).
 
-Anything else (``phoneme``, ``audio``, ``voice``, unknown elements or attributes' values)
+Anything else (``audio``, ``voice``, unknown elements or attributes' values)
 is refused: :class:`triton_tts.validation.InvalidRequest`, naming the element and its line
 and column.
 """
@@ -43,6 +45,7 @@ from defusedxml.ElementTree import DefusedXMLParser, ParseError
 from triton_tts.text.english_context import FRACTION, TELEPHONE, say_fraction, say_telephone
 from triton_tts.text.english_data import DIGIT_WORDS
 from triton_tts.text.english_numbers import cardinal, ordinal, read_digits, year_words
+from triton_tts.text.pronounce import mark
 from triton_tts.validation import MAX_SPEED, MIN_SPEED, InvalidRequest
 
 SSML_NAMESPACE = "http://www.w3.org/2001/10/synthesis"
@@ -296,10 +299,23 @@ class Reader:
         elif name in SPOKEN_AS_IS:
             self._children(element, rate, gain_db)
         elif name == "phoneme":
-            raise self.refused(element, "phoneme is not supported yet: write the word, or use <sub alias>")
+            self._phoneme(element, rate, gain_db)
         else:
             known = "speak, p, s, break, prosody, say-as, sub, emphasis, lang, mark"
             raise self.refused(element, f"is not supported; the elements read here: {known}")
+
+    def _phoneme(self, element: ET.Element, rate: float, gain_db: float | None) -> None:
+        alphabet, ph = element.get("alphabet", "ipa"), element.get("ph")
+        if alphabet != "ipa":
+            raise self.refused(element, f"alphabet {alphabet!r}: only 'ipa' is read (espeak-ng voices)")
+        if not self.english:
+            raise self.refused(element, "this voice takes no IPA (pinyin voices): write the characters")
+        if ph is None or not ph.strip():
+            raise self.refused(element, "needs ph, the phonemes to say")
+        if len(element):
+            raise self.refused(element, "may hold only text")
+        written = (element.text or "").strip() or ph
+        self._say(mark(ph), written, rate, gain_db)
 
     def _break(self, element: ET.Element) -> None:
         time_, strength = element.get("time"), element.get("strength")

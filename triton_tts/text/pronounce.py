@@ -1,0 +1,157 @@
+"""Pronunciations under the caller's control: IPA given for a word (SSML ``phoneme``, a
+lexicon entry) travels inside a chunk's text, marked, and the voice's reader says those
+phonemes instead of espeak-ng's (triton_tts/text/reader.py).
+
+A marked pronunciation is ``OPEN + phonemes + CLOSE`` (private-use characters, which no
+caller's text keeps: :func:`unmarked` takes them out of every text a request brings), its
+spaces written as ``SPACE`` so that the whole pronunciation stays one word: chunking never
+cuts it, and word timestamps time it as the word it replaces.
+
+A lexicon file (``--lexicon [LANG=]FILE``) is UTF-8 text, one entry per line:
+``word<TAB>phonemes`` (IPA, as espeak-ng writes it for the voice's language: stress marks
+and lengths included); blank lines and lines starting with ``#`` are skipped. An entry
+matches the word as the normaliser leaves it (numbers are words by then), whole, in any
+case ("Nguyen", "NGUYEN"); an entry of several words ("New York") matches them with any
+white space between; the longest entry wins. Other forms ("Nguyens") need entries of their
+own.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+OPEN, CLOSE, SPACE = "\ue000", "\ue001", "\ue002"
+MARKS = OPEN + CLOSE + SPACE
+MARKED = re.compile(f"{OPEN}([^{MARKS}]*(?:{SPACE}[^{MARKS}]*)*){CLOSE}")
+MAX_ENTRIES = 100_000
+MAX_ENTRY_CHARS = 200
+
+
+def mark(phonemes: str) -> str:
+    """``phonemes`` as one marked word (NFD, as the voices' phoneme maps are written)."""
+    return OPEN + SPACE.join(unicodedata.normalize("NFD", phonemes).split()) + CLOSE
+
+
+def unmarked(text: str) -> str:
+    """``text`` without the marks' characters (a caller's text may not mark phonemes)."""
+    return text.translate({ord(c): None for c in MARKS}) if any(c in text for c in MARKS) else text
+
+
+def parts(text: str) -> list[tuple[bool, str]]:
+    """``text`` as (is_phonemes, piece) in order: marked phonemes (spaces restored) and the
+    plain text around them; [(False, text)] when nothing is marked."""
+    if OPEN not in text:
+        return [(False, text)]
+    out: list[tuple[bool, str]] = []
+    at = 0
+    for match in MARKED.finditer(text):
+        if match.start() > at:
+            out.append((False, text[at : match.start()]))
+        out.append((True, match.group(1).replace(SPACE, " ")))
+        at = match.end()
+    if at < len(text):
+        out.append((False, text[at:]))
+    return out
+
+
+def unknown_symbols(phonemes: str, known: Mapping[str, object]) -> list[str]:
+    """The symbols of ``phonemes`` a voice has no id for (white space aside)."""
+    return sorted({c for c in phonemes if not c.isspace() and c not in known})
+
+
+@dataclass
+class Lexicon:
+    """Word -> phonemes, for the voices of one language (``language``: a prefix, "en"
+    serves en-us and en-gb)."""
+
+    language: str
+    entries: dict[str, str] = field(default_factory=dict)  # lower-case word(s) -> phonemes
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        self._pattern: re.Pattern[str] | None = None
+
+    def serves(self, language: str) -> bool:
+        return language.lower() == self.language or language.lower().startswith(self.language + "-")
+
+    @property
+    def pattern(self) -> re.Pattern[str] | None:
+        if self._pattern is None and self.entries:
+            words = sorted(self.entries, key=len, reverse=True)  # the longest entry wins
+            alternation = "|".join(r"\s+".join(re.escape(w) for w in word.split()) for word in words)
+            self._pattern = re.compile(rf"(?<![\w'{MARKS}])(?:{alternation})(?![\w'{MARKS}])", re.IGNORECASE)
+        return self._pattern
+
+    def apply(self, text: str) -> tuple[str, list[tuple[str, str]]]:
+        """``text`` with each entry's words marked with its phonemes, and the entries that
+        applied as (the words as they stood, phonemes), in order."""
+        pattern = self.pattern
+        if pattern is None:
+            return text, []
+        applied: list[tuple[str, str]] = []
+
+        def replace(match: re.Match[str]) -> str:
+            phonemes = self.entries[" ".join(match.group(0).lower().split())]
+            applied.append((match.group(0), phonemes))
+            return mark(phonemes)
+
+        return pattern.sub(replace, text), applied
+
+    def to_json(self) -> dict[str, object]:
+        return {"language": self.language, "entries": self.entries, "source": self.source}
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, object]) -> Lexicon:
+        entries = value.get("entries", {})
+        assert isinstance(entries, dict)
+        return cls(
+            str(value["language"]), {str(k): str(v) for k, v in entries.items()}, str(value.get("source", ""))
+        )
+
+
+def parse_lexicon(text: str, language: str, source: str = "lexicon") -> Lexicon:
+    """A lexicon file's text -> its Lexicon; ValueError naming the line that is wrong."""
+    entries: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        where = f"{source} line {number}"
+        if "\t" not in line:
+            raise ValueError(f"{where}: expected 'word<TAB>phonemes', got {line[:60]!r}")
+        word, _, phonemes = line.partition("\t")
+        word, phonemes = " ".join(word.split()), phonemes.strip()
+        if not word or not phonemes:
+            raise ValueError(f"{where}: the word and its phonemes must both be given")
+        if len(word) > MAX_ENTRY_CHARS or len(phonemes) > MAX_ENTRY_CHARS:
+            raise ValueError(f"{where}: an entry is at most {MAX_ENTRY_CHARS} characters a side")
+        if any(c in MARKS for c in word + phonemes) or "\t" in phonemes:
+            raise ValueError(f"{where}: private-use characters and tabs are not allowed")
+        if not any(c.isalnum() for c in word):
+            raise ValueError(f"{where}: {word!r} has no letters or digits")
+        key = word.lower()
+        if key in entries and entries[key] != phonemes:
+            raise ValueError(f"{where}: {word!r} is given twice, with different phonemes")
+        entries[key] = phonemes
+        if len(entries) > MAX_ENTRIES:
+            raise ValueError(f"{source}: more than {MAX_ENTRIES:,} entries")
+    return Lexicon(language.lower(), entries, source)
+
+
+def load_lexicon(spec: str) -> Lexicon:
+    """``[LANG=]FILE`` (``--lexicon``) -> its Lexicon (LANG defaults to "en"); ValueError
+    with the file and line when it cannot be read."""
+    language, _, name = spec.partition("=") if "=" in spec else ("en", "", spec)
+    if not re.fullmatch(r"[a-zA-Z]{2,3}(-[a-zA-Z0-9]{1,8})*", language):
+        raise ValueError(f"--lexicon {spec}: {language!r} is not a language tag (en, en-us, cmn)")
+    path = Path(name)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"lexicon {path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    except OSError as err:
+        raise ValueError(f"lexicon {path}: {err.strerror or err}") from None
+    return parse_lexicon(text, language, str(path))
