@@ -1040,3 +1040,49 @@ def test_bad_network_policy_values_fail_with_a_clear_message(helm: Path, overrid
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert done.returncode != 0 and message in done.stderr, done.stderr
+
+
+def test_lexicons_reach_the_build_as_files_of_a_configmap(helm: Path, tmp_path: Path) -> None:
+    """values.lexicons: a ConfigMap of files mounted into the export step, each passed to
+    build-repo as --lexicon LANG=FILE; the files as the pod sees them load as lexicons, and
+    the build line parses with the real CLI into those lexicons."""
+    from triton_tts.cli import build_options, build_parser
+
+    values = tmp_path / "lexicons.yaml"
+    values.write_text(
+        yaml.safe_dump(
+            {
+                "lexicons": [
+                    {
+                        "name": "names",
+                        "language": "en-us",
+                        "entries": "Nguyen\tŋwˈɪn\nNew York\tnˈuː jˈɔːk\n",
+                    },
+                    {"name": "brands", "entries": "Xiaomi\tʃaʊmˈiː\n"},
+                ]
+            },
+            allow_unicode=True,
+        ),
+        encoding="utf-8",
+    )
+    docs = render(helm, "-f", str(values))
+    config_map = next(
+        d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-lexicons")
+    )
+    pod = by_kind(docs, "Deployment")["spec"]["template"]["spec"]
+    mount = next(m for m in pod["initContainers"][0]["volumeMounts"] if m["name"] == "lexicons")
+    volume = next(v for v in pod["volumes"] if v["name"] == "lexicons")
+    assert volume["configMap"]["name"] == config_map["metadata"]["name"] and mount["readOnly"]
+    folder = tmp_path / "lexicons"  # the ConfigMap as mounted
+    folder.mkdir()
+    for name, text in config_map["data"].items():
+        (folder / name).write_text(text, encoding="utf-8")
+    line = [arg.replace(mount["mountPath"], str(folder)) for arg in build_line(docs)]
+    lexicons = build_options(build_parser().parse_args(line)).lexicons
+    assert [(x.language, x.entries) for x in lexicons] == [
+        ("en-us", {"nguyen": "ŋwˈɪn", "new york": "nˈuː jˈɔːk"}),
+        ("en", {"xiaomi": "ʃaʊmˈiː"}),
+    ]
+    assert "triton-tts/lexicons" in by_kind(docs, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    plain = render(helm)
+    assert not [d for d in plain if d["metadata"]["name"].endswith("-lexicons")]

@@ -143,10 +143,8 @@ def test_the_ssml_namespace_is_accepted() -> None:
         ('<speak><say-as interpret-as="telephone">call me</say-as></speak>', "not a telephone number"),
         ('<speak><say-as interpret-as="digits"></say-as></speak>', "<say-as> at line 1, column 8: is empty"),
         ("<speak><sub>W3C</sub></speak>", "<sub> at line 1, column 8: needs an alias"),
-        (
-            '<speak><phoneme alphabet="ipa" ph="təˈmɑːtoʊ">tomato</phoneme></speak>',
-            "phoneme is not supported yet",
-        ),
+        ('<speak><phoneme alphabet="x-sampa" ph="t@">tomato</phoneme></speak>', "alphabet 'x-sampa'"),
+        ('<speak><phoneme ph=" ">tomato</phoneme></speak>', "<phoneme> at line 1, column 8: needs ph"),
         (
             '<speak><audio src="http://example.com/a.wav"/>Hi</speak>',
             "<audio> at line 1, column 8: is not supported",

@@ -24,7 +24,7 @@ import json
 import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -44,7 +44,7 @@ from triton_tts.pacing import Pacer
 from triton_tts.request_options import RequestOptions, read_options, read_text
 from triton_tts.text import ssml
 from triton_tts.text.frontend import is_chinese, normalizer
-from triton_tts.text.pronounce import Lexicon, unmarked
+from triton_tts.text.pronounce import Lexicon, check_pronunciations
 from triton_tts.text.speaks import pronounceable
 from triton_tts.text.words import Word, WordClock, tokens
 from triton_tts.validation import MAX_LONG_TEXT_CHARS, InvalidRequest, NothingToSay, check_timestamps
@@ -176,7 +176,8 @@ class LongTextSettings:
     voices: list[VoiceInfo]  # the default first, as the voices parameter says
     limits: dict[str, ChunkLimits]  # voice name -> its chunk budget
     threads: int
-    lexicons: Mapping[str, Lexicon] = MappingProxyType({})  # voice name -> --lexicon's entries
+    lexicons: Mapping[str, Lexicon] = field(default_factory=dict)  # voice name -> --lexicon entries
+    phonemes: Mapping[str, str] = field(default_factory=dict)  # voice -> its pronunciations' symbols
 
     @property
     def speakers(self) -> dict[str, int]:
@@ -201,6 +202,7 @@ class LongTextSettings:
             voices=voices,
             limits={v.name: ChunkLimits.from_json(json.dumps(v.chunk_limits)) for v in voices},
             threads=int(params["bls_threads"]),
+            phonemes=json.loads(params.get("pronunciations", "{}")),
             lexicons=voice_lexicons(
                 voices, [Lexicon.from_json(x) for x in json.loads(params.get("lexicons", "[]"))]
             ),
@@ -224,7 +226,7 @@ def read_request(
     """TEXT -> the chunks to say, each with something to pronounce; everything checked
     before any chunk runs (a text with nothing to say: :class:`NothingToSay`).
     ``first_scale``: the first chunk that much shorter (streams in a burst)."""
-    text = unmarked(read_text(request, MAX_LONG_TEXT_CHARS))  # phonemes are marked only here
+    text = read_text(request, MAX_LONG_TEXT_CHARS)  # private-use characters (marks) taken out
     options = read_options(request, settings.speakers)
     voice = settings.voice(options.voice)
     limits = settings.limits[voice.name]
@@ -255,6 +257,9 @@ def read_request(
         written = text
     if not chunks:
         raise NothingToSay()
+    if voice.name in settings.phonemes:  # given pronunciations: refused before any chunk runs
+        for chunk in chunks:
+            check_pronunciations(chunk, settings.phonemes[voice.name], voice.name)
     extras = [
         t for name in CHUNK_OPTIONS if (t := pb_utils.get_input_tensor_by_name(request, name)) is not None
     ]

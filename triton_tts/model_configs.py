@@ -430,6 +430,10 @@ def _long_text(name: str, opts: BuildOptions, streaming: bool) -> mc.ModelConfig
         # Every voice served, the default first.
         voices=VoiceInfo.list_to_json([v.served for v in opts.voices]),
         lexicons=json.dumps([lexicon.to_json() for lexicon in opts.lexicons], ensure_ascii=False),
+        # Voice -> the symbols its given pronunciations may use (checked before any chunk runs).
+        pronunciations=json.dumps(
+            {v.served.name: v.phonemes for v in opts.voices if v.phonemes is not None}, ensure_ascii=False
+        ),
     )
     if streaming:
         _params(

@@ -116,6 +116,7 @@ def voice_models(voice: Voice, voice_dir: Path, default: bool) -> VoiceModels:
     )
     return VoiceModels(
         served=served,
+        phonemes="".join(sorted(voice.symbols)) if voice.tokens not in ("characters", PINYIN_BAKER) else "",
         latent_channels=voice.latent_channels,
         acoustic_speaker="SPEAKER_ID" in acoustic_inputs
         or (voice.acoustic_kind != "single" and voice.num_speakers > 1),

@@ -43,12 +43,13 @@ class RequestOptions:
     text_format: str = "auto"  # TEXT_FORMAT: text, ssml, or auto (SSML if it starts with <speak)
 
 
-def read_text(request: Any, limit: int) -> str:
-    """TEXT, decoded and checked (triton_tts.validation.decode_text), up to ``limit`` characters."""
+def read_text(request: Any, limit: int, keep: str = "") -> str:
+    """TEXT, decoded and checked (triton_tts.validation.decode_text), up to ``limit``
+    characters; ``keep``: private-use characters kept (preprocess: pronunciation marks)."""
     raw = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy().reshape(-1)
     if raw.size != 1:
         raise InvalidRequest(f"TEXT must hold one string per request, got {raw.size}")
-    return decode_text(raw[0], limit=limit)
+    return decode_text(raw[0], limit=limit, keep=keep)
 
 
 def _one(request: Any, name: str) -> Any | None:

@@ -36,8 +36,9 @@ class NothingToSay(InvalidRequest):
         super().__init__(self.MESSAGE)
 
 
-def decode_text(raw: bytes | str, limit: int = MAX_TEXT_CHARS) -> str:
-    """Decode a TEXT element and make sure there is something to speak."""
+def decode_text(raw: bytes | str, limit: int = MAX_TEXT_CHARS, keep: str = "") -> str:
+    """Decode a TEXT element and make sure there is something to speak; ``keep``: private-use
+    characters to keep (the long-text models' marked pronunciations, in their chunks)."""
     if isinstance(raw, bytes):
         try:
             text = raw.decode("utf-8")
@@ -51,7 +52,7 @@ def decode_text(raw: bytes | str, limit: int = MAX_TEXT_CHARS) -> str:
     cleaned = "".join(
         " " if ch in "\n\r\t" else ch
         for ch in text
-        if ch in "\n\r\t" or unicodedata.category(ch) not in ("Cc", "Cf", "Cs", "Co")
+        if ch in "\n\r\t" or ch in keep or unicodedata.category(ch) not in ("Cc", "Cf", "Cs", "Co")
     )
     if not cleaned.strip():
         what = "empty" if not text.strip() else "only control characters"

@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from triton_tts.validation import InvalidRequest
+
 OPEN, CLOSE, SPACE = "\ue000", "\ue001", "\ue002"
 MARKS = OPEN + CLOSE + SPACE
 MARKED = re.compile(f"{OPEN}([^{MARKS}]*(?:{SPACE}[^{MARKS}]*)*){CLOSE}")
@@ -58,9 +60,25 @@ def parts(text: str) -> list[tuple[bool, str]]:
     return out
 
 
-def unknown_symbols(phonemes: str, known: Mapping[str, object]) -> list[str]:
+def unknown_symbols(phonemes: str, known: Mapping[str, object] | str) -> list[str]:
     """The symbols of ``phonemes`` a voice has no id for (white space aside)."""
     return sorted({c for c in phonemes if not c.isspace() and c not in known})
+
+
+def check_pronunciations(text: str, known: str, voice: str) -> None:
+    """Refuse (InvalidRequest) ``text``'s marked pronunciations that voice ``voice`` cannot
+    say: ``known`` its symbols ("" : it takes none)."""
+    for given, piece in parts(text):
+        if not given:
+            continue
+        if not known:
+            raise InvalidRequest(f"voice '{voice}' takes no IPA pronunciations (it reads letters or pinyin)")
+        unknown = unknown_symbols(piece, known)
+        if unknown:
+            raise InvalidRequest(
+                f"the pronunciation {piece!r} has {', '.join(repr(c) for c in unknown)}: not among "
+                f"voice '{voice}'s phonemes"
+            )
 
 
 @dataclass

@@ -145,6 +145,22 @@ class TextReader:
         read = [piece if given else next(said) for given, piece in pieces]
         return " ".join(r.strip() for r in read if r.strip())
 
+    def check(self, text: str) -> None:
+        """Refuse (InvalidRequest) a text whose marked pronunciations this voice cannot say:
+        each request's own, before its batch is read."""
+        pieces = parts(text)
+        if len(pieces) == 1 and not pieces[0][0]:
+            return
+        if self.baker:
+            raise InvalidRequest(f"voice '{self.voice.name}' takes no IPA pronunciations (pinyin voices)")
+        if self.voice.tokens == "characters":
+            raise InvalidRequest(
+                f"voice '{self.voice.name}' reads letters, not phonemes: it takes no pronunciations"
+            )
+        for given, piece in pieces:
+            if given:
+                self._check(piece)
+
     def _check(self, phonemes: str) -> None:
         unknown = unknown_symbols(phonemes, self.voice.symbols)
         if unknown:

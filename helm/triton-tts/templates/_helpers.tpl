@@ -120,6 +120,9 @@ set -eu
 triton-tts export piper --out /models/voices/{{ .Values.modelRepository.export.voice }}
 triton-tts build-repo --voice /models/voices/{{ .Values.modelRepository.export.voice }} --out /models/repository
 {{- include "triton-tts.buildFlags" . }}
+{{- range .Values.lexicons }} \
+  --lexicon {{ .language | default "en" }}=/lexicons/{{ .name }}.tsv
+{{- end }}
 {{- if eq .Values.variant "tensorrt" }}
 python3 -m triton_tts.export.tensorrt --repo /models/repository --max-batch-size {{ int64 .Values.build.maxBatchSize }} --trtexec {{ .Values.modelRepository.export.trtexec }}
 {{- if .Values.engineCache.enabled }} --cache-dir {{ include "triton-tts.engineCachePath" . }}{{ end }}

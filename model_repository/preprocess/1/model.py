@@ -27,6 +27,7 @@ from triton_tts.errors import RequestErrors, request_id
 from triton_tts.internal import Gate
 from triton_tts.limits import ChunkLimits
 from triton_tts.request_options import read_options, read_text
+from triton_tts.text.pronounce import MARKS
 from triton_tts.text.reader import Reading, TextReader
 from triton_tts.text.words import tokens, written_groups
 from triton_tts.validation import MAX_TEXT_CHARS, InvalidRequest, NothingToSay, check_timestamps
@@ -64,7 +65,8 @@ class TritonPythonModel:
 
     def _read(self, request: Any, index: int, rid: str) -> tuple[str, _Accepted]:
         self.gate.check(request)
-        text = read_text(request, MAX_TEXT_CHARS)
+        # Pronunciations marked by tts/tts_stream (the only callers: preprocess is internal)
+        text = read_text(request, MAX_TEXT_CHARS, keep=MARKS)
         options = read_options(request, self.voices)
         v = self.voice
         noise = v.noise_scale if options.noise_scale is None else options.noise_scale
@@ -72,6 +74,7 @@ class TritonPythonModel:
         speed = options.speed or 1.0
         scales = np.array([noise, v.length_scale / speed, noise_w], dtype=np.float32)
         spoken = self.reader.normalize(text) if options.normalize else text
+        self.reader.check(spoken)  # its pronunciations: refused alone, not with its batch
         groups = None
         if options.timestamps:
             check_timestamps(v.name, self.timed)
