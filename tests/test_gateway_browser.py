@@ -183,3 +183,21 @@ def test_the_api_key_field(browser: Browser, server: TritonServer) -> None:
             assert wait_for_state(page, "done", "error")["state"] == "done"
         finally:
             context.close()
+
+
+def test_ssml_is_spoken_and_each_word_lit_as_it_is_said(page: Page) -> None:
+    """SSML typed into the page is read (its break is silence, its tags unsaid), and the
+    words arrive with their times and light up one by one as the audio reaches them."""
+    speak(page, '<speak>Hello there.<break time="1s"/>Good <sub alias="morning">AM</sub>!</speak>')
+    done = wait_for_state(page, "done", "error", "cancelled")
+    assert done["state"] == "done", done
+    expect(page.locator("#words")).to_have_text("Hello there. Good AM!")
+    assert done["words"] == 4, done
+    seconds = done["samples"] / done["sampleRate"]
+    assert seconds > 1.8  # the break's second and the words
+    page.wait_for_function(
+        "() => window.ttsStats.playedChunks === window.ttsStats.chunks",
+        timeout=round(seconds * 1000) + 30_000,
+    )
+    page.wait_for_function("() => window.ttsStats.wordsShown === 4", timeout=5_000)
+    assert page.locator("#words span.said").count() == 4

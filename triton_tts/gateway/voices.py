@@ -85,6 +85,7 @@ class Voices:
                     "language": v.language,
                     "sample_rate": v.sample_rate,
                     "speakers": sorted(v.speakers, key=lambda s: v.speakers[s]),
+                    "timestamps": v.timestamps,  # word times (captioned speech, words messages)
                 }
                 for v in served
             ],

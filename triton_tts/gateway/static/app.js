@@ -1,6 +1,7 @@
 // The gateway's page: speak over the /v1/audio/speech/ws WebSocket, play each 16-bit PCM
-// chunk with Web Audio as it arrives, measure time to first audio and real-time factor,
-// and save what was received as a WAV file. Plain JS, no build step, nothing fetched
+// chunk with Web Audio as it arrives, show each word as it is spoken (the words messages'
+// times, for voices that have them), measure time to first audio and real-time factor,
+// and save what was received as a WAV file. The text may be SSML (<speak>...). Plain JS, no build step, nothing fetched
 // from outside the gateway.
 "use strict";
 
@@ -11,7 +12,7 @@
     speed: $("speed"), speedRange: $("speed-range"), apiKey: $("api-key"),
     speak: $("speak"), stop: $("stop"), download: $("download"), status: $("status"),
     connection: $("connection"), ttfa: $("ttfa"), rtf: $("rtf"), chunks: $("chunks"),
-    audioSeconds: $("audio-seconds"),
+    audioSeconds: $("audio-seconds"), words: $("words"),
   };
   // Where the first chunk (or one after an underrun) starts: a little ahead of "now", so
   // that its start is not already in the past when the audio thread sees it.
@@ -33,7 +34,7 @@
   const stats = {
     state: "idle", chunks: 0, samples: 0, sampleRate: 0, ttfaMs: null, rtf: null,
     serverRtf: null, server: null, audioSeconds: 0, scheduledSeconds: 0, playedChunks: 0,
-    error: null,
+    error: null, words: 0, wordsShown: 0,
   };
   Object.defineProperty(stats, "audioContextTime", {
     enumerable: true, get: () => (audio ? audio.currentTime : 0),
@@ -45,6 +46,9 @@
     return {
       id: null, sampleRate: 0, voice: "", pressedAt: performance.now(), sentAt: null,
       firstAt: null, lastAt: null, raw: [], finished: false, cancelRequested: false,
+      // Where each chunk plays: [seconds into the request's audio, time on audio's clock],
+      // so that a word's time (seconds into the audio) finds its place on the clock.
+      placed: [], words: [],
     };
   }
 
@@ -227,6 +231,9 @@
       case "cancelled":
         if (mine) onCancelled(r);
         break;
+      case "words":
+        if (mine) onWords(r, message);
+        break;
       case "error": {
         const text = errorMessage(message, "unknown error");
         if (r && !r.finished) {
@@ -270,9 +277,52 @@
     stats.chunks += 1;
     stats.samples += count;
     stats.audioSeconds = stats.samples / r.sampleRate;
-    play(buffer, count, r.sampleRate);
+    const startAt = play(buffer, count, r.sampleRate);
+    if (startAt !== null) r.placed.push([(stats.samples - count) / r.sampleRate, startAt]);
     render();
   }
+
+  function onWords(r, message) {
+    // The words the next chunk completes; shown now, lit as the audio reaches them.
+    for (const word of message.words) {
+      const span = document.createElement("span");
+      span.textContent = word.word;
+      el.words.append(span, " ");
+      r.words.push({ start: word.start, end: word.end, span, shown: false });
+      stats.words += 1;
+    }
+  }
+
+  function clockOf(r, seconds) {
+    // A time into the request's audio -> audio's clock (chunks may start late: underruns).
+    let at = null;
+    for (const [offset, clock] of r.placed) {
+      if (offset > seconds) break;
+      at = clock + (seconds - offset);
+    }
+    return at;
+  }
+
+  function lightWords() {
+    const r = request;
+    if (r && audio && r.words.length) {
+      const now = audio.currentTime;
+      for (const word of r.words) {
+        const start = clockOf(r, word.start);
+        const end = clockOf(r, word.end);
+        const current = start !== null && start <= now && now < end;
+        const said = end !== null && now >= end;
+        word.span.classList.toggle("current", current);
+        word.span.classList.toggle("said", said);
+        if ((current || said) && !word.shown) {
+          word.shown = true;
+          stats.wordsShown += 1;
+        }
+      }
+    }
+    requestAnimationFrame(lightWords);
+  }
+  requestAnimationFrame(lightWords);
 
   function onEnd(r, message) {
     r.finished = true;
@@ -308,7 +358,7 @@
   function play(buffer, count, sampleRate) {
     if (count === 0) {
       stats.playedChunks += 1; // nothing to play; counted so played == received at the end
-      return;
+      return null;
     }
     const pcm = new DataView(buffer);
     const samples = new Float32Array(count);
@@ -329,6 +379,7 @@
       updateButtons();
     };
     updateButtons();
+    return startAt;
   }
 
   function stopPlayback() {
@@ -395,7 +446,9 @@
     Object.assign(stats, {
       chunks: 0, samples: 0, sampleRate: 0, ttfaMs: null, rtf: null, serverRtf: null,
       server: null, audioSeconds: 0, scheduledSeconds: 0, playedChunks: 0, error: null,
+      words: 0, wordsShown: 0,
     });
+    el.words.replaceChildren();
     clearWav();
     render();
     setState("connecting", "Connecting…");
@@ -410,6 +463,8 @@
     const message = { type: "speak", input: el.text.value };
     if (el.voice.value) message.voice = el.voice.value;
     if (el.speed.value !== "") message.speed = Number(el.speed.value);
+    const chosen = voices.get(el.voice.value);
+    if (chosen && chosen.timestamps) message.timestamps = true; // words to show
     r.sentAt = performance.now();
     ws.send(JSON.stringify(message));
     setState("connecting", "Waiting for the first audio…");
