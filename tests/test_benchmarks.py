@@ -143,6 +143,16 @@ def test_text_stream_harness_smoke(server: TritonServer, gateway: str, tmp_path:
     assert assert_stamped_report(out) == results
 
 
+def test_timestamps_benchmark_smoke(server: TritonServer, tmp_path: Path) -> None:
+    from benchmarks import timestamps as harness
+
+    out = tmp_path / "timestamps.json"
+    results = harness.main(["--url-grpc", server.grpc_url, "--sentences", "2", "--out", str(out)])
+    [joe] = results["voices"]
+    assert joe["voice"] == "joe" and joe["words"] > 10 and joe["median_start_error_ms"] < 100, joe
+    assert assert_stamped_report(out) == results
+
+
 @pytest.mark.export
 def test_coqui_stage_benchmark_smoke(tmp_path: Path) -> None:
     from benchmarks import coqui_stages

@@ -81,6 +81,27 @@ def transcribe(audio: npt.NDArray[np.float32], sample_rate: int) -> str:
     return hyp.hypstr if hyp is not None else ""
 
 
+def word_starts(audio: npt.NDArray[np.float32], sample_rate: int, text: str) -> list[float] | None:
+    """Where pocketsphinx's forced alignment of ``audio`` to ``text``'s words
+    (``Decoder.seg()``) starts each word, in seconds; None when it does not align them all."""
+    import re
+
+    import soxr
+
+    plain = re.findall(r"[a-z']+", text.lower())
+    speech = soxr.resample(np.asarray(audio, dtype=np.float32), sample_rate, ASR_SAMPLE_RATE)
+    decoder = _decoder()
+    decoder.set_align_text(" ".join(plain))
+    decoder.start_utt()
+    decoder.process_raw((np.clip(speech, -1.0, 1.0) * 32767).astype("<i2").tobytes(), full_utt=True)
+    decoder.end_utt()
+    heard = [s for s in decoder.seg() if re.sub(r"\(\d+\)$", "", s.word) in plain]
+    if [re.sub(r"\(\d+\)$", "", s.word) for s in heard] != plain:
+        return None
+    frame_s = 1 / 100  # pocketsphinx's frames: 10 ms
+    return [s.start_frame * frame_s for s in heard]
+
+
 def words(text: str) -> str:
     """Lower-case words only, so punctuation and case never count as errors."""
     return " ".join(re.findall(r"[a-z']+", text.lower()))
