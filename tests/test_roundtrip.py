@@ -90,6 +90,7 @@ def test_model_metadata_names_the_contract(http) -> None:
         "VOICE": "BYTES",
         "NORMALIZE": "BOOL",
         "TIMESTAMPS": "BOOL",
+        "TEXT_FORMAT": "BYTES",
     }
     assert outputs == {"AUDIO": "FP32", "SAMPLE_RATE": "INT32", "WORDS": "BYTES", "WORD_TIMES": "FP32"}
 
