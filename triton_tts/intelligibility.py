@@ -87,10 +87,13 @@ def word_starts(audio: npt.NDArray[np.float32], sample_rate: int, text: str) -> 
     import re
 
     import soxr
+    from pocketsphinx import Decoder
 
     plain = re.findall(r"[a-z']+", text.lower())
     speech = soxr.resample(np.asarray(audio, dtype=np.float32), sample_rate, ASR_SAMPLE_RATE)
-    decoder = _decoder()
+    # A decoder of its own: aligning switches a decoder to the text's words for good, and
+    # the shared one (_decoder) must stay a recogniser of anything.
+    decoder = Decoder(samprate=ASR_SAMPLE_RATE, loglevel="FATAL")
     decoder.set_align_text(" ".join(plain))
     decoder.start_utt()
     decoder.process_raw((np.clip(speech, -1.0, 1.0) * 32767).astype("<i2").tobytes(), full_utt=True)
