@@ -99,10 +99,10 @@ def build_options(args: argparse.Namespace) -> BuildOptions:
     return BuildOptions(**values, lexicons=_lexicons(getattr(args, "lexicon", None)))
 
 
-LEXICON_HELP = (
-    "pronunciation lexicon, word<TAB>IPA per line, for the voices of LANG (default en); "
-    "repeatable (docs/api.md, 'Lexicons')"
-)
+def add_lexicon_argument(parser: argparse.ArgumentParser, help: str | None = None) -> None:
+    served = "for the voices of LANG (default en); repeatable (docs/api.md, 'Lexicons')"
+    help = help or f"pronunciation lexicon, word<TAB>IPA per line, {served}"
+    parser.add_argument("--lexicon", action="append", metavar="[LANG=]FILE", help=help)
 
 
 def _lexicons(specs: list[str] | None) -> tuple[Lexicon, ...]:
@@ -348,12 +348,7 @@ def _add_inspection_commands(sub: Any, defaults: type[argparse.HelpFormatter]) -
     chosen = frontend.add_mutually_exclusive_group()
     chosen.add_argument("--voice", help="voice folder or name (default: the default voice)")
     chosen.add_argument("--language", help="a language instead of a voice: zh (Mandarin), en-us...")
-    frontend.add_argument(
-        "--lexicon",
-        action="append",
-        metavar="[LANG=]FILE",
-        help="apply a lexicon, and show its entries that apply",
-    )
+    add_lexicon_argument(frontend, "apply a lexicon, and show its entries that apply")
     frontend.set_defaults(func=cmd_frontend)
 
 
@@ -432,7 +427,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="also run the OpenAI-compatible gateway (triton-tts gateway) on this port; 0: off "
         f"(`make serve` uses {gateway_command.DEFAULT_PORT}). API keys: env {gateway_command.API_KEY_ENV}",
     )
-    serve.add_argument("--lexicon", action="append", metavar="[LANG=]FILE", help=LEXICON_HELP)
+    add_lexicon_argument(serve)
     add_build_options(serve)
     serve.set_defaults(func=cmd_serve)
 
@@ -482,7 +477,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--voice", type=Path, action="append", help="voice folder; repeat for several (first = default)"
     )
     build.add_argument("--out", type=Path, default=paths.default_build_dir(), help="repository to build")
-    build.add_argument("--lexicon", action="append", metavar="[LANG=]FILE", help=LEXICON_HELP)
+    add_lexicon_argument(build)
     add_build_options(build)
     build.set_defaults(func=cmd_build_repo)
     return parser

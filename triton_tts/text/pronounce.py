@@ -65,7 +65,7 @@ def unknown_symbols(phonemes: str, known: Mapping[str, object] | str) -> list[st
     return sorted({c for c in phonemes if not c.isspace() and c not in known})
 
 
-def check_pronunciations(text: str, known: str, voice: str) -> None:
+def check_pronunciations(text: str, known: Mapping[str, object] | str, voice: str) -> None:
     """Refuse (InvalidRequest) ``text``'s marked pronunciations that voice ``voice`` cannot
     say: ``known`` its symbols ("" : it takes none)."""
     for given, piece in parts(text):

@@ -16,10 +16,9 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from triton_tts.text.frontend import frontend_for, is_chinese
-from triton_tts.text.pronounce import parts, unknown_symbols
+from triton_tts.text.pronounce import check_pronunciations, parts
 from triton_tts.text.speaks import reading_speaks
 from triton_tts.text.words import letter_owners, phoneme_owners, tokens
-from triton_tts.validation import InvalidRequest
 from triton_tts.voice import PINYIN_BAKER
 
 if TYPE_CHECKING:
@@ -81,8 +80,8 @@ class TextReader:
         if self.baker:
             from triton_tts.text.chinese import baker_symbols, pinyin
 
-            if any(len(parts(text)) > 1 or parts(text)[0][0] for text in texts):
-                raise InvalidRequest(f"voice '{self.voice.name}' takes no IPA pronunciations (pinyin voices)")
+            for text in texts:
+                self.check(text)
 
             said = [baker_symbols(pinyin(text), self.voice.syllables) for text in texts]
             return [self._reading(" ".join(s), self.voice.symbols_to_ids(s)) for s in said]
@@ -119,14 +118,8 @@ class TextReader:
         split = [parts(text) for text in texts]
         if all(len(pieces) == 1 and not pieces[0][0] for pieces in split):
             return phonemizer.symbols(texts, self.voice.tokens)
-        if self.voice.tokens == "characters":
-            raise InvalidRequest(
-                f"voice '{self.voice.name}' reads letters, not phonemes: it takes no pronunciations"
-            )
-        for pieces in split:
-            for is_given, piece in pieces:
-                if is_given:
-                    self._check(piece)
+        for text in texts:
+            self.check(text)
         stand_ins = [
             "".join(f" {STAND_IN} " if is_given else piece for is_given, piece in pieces) for pieces in split
         ]
@@ -147,27 +140,9 @@ class TextReader:
 
     def check(self, text: str) -> None:
         """Refuse (InvalidRequest) a text whose marked pronunciations this voice cannot say:
-        each request's own, before its batch is read."""
-        pieces = parts(text)
-        if len(pieces) == 1 and not pieces[0][0]:
-            return
-        if self.baker:
-            raise InvalidRequest(f"voice '{self.voice.name}' takes no IPA pronunciations (pinyin voices)")
-        if self.voice.tokens == "characters":
-            raise InvalidRequest(
-                f"voice '{self.voice.name}' reads letters, not phonemes: it takes no pronunciations"
-            )
-        for given, piece in pieces:
-            if given:
-                self._check(piece)
-
-    def _check(self, phonemes: str) -> None:
-        unknown = unknown_symbols(phonemes, self.voice.symbols)
-        if unknown:
-            raise InvalidRequest(
-                f"the pronunciation {phonemes!r} has {', '.join(repr(c) for c in unknown)}: not among "
-                f"voice '{self.voice.name}'s phonemes"
-            )
+        each request's own, before its batch is read (pinyin and letter voices take none)."""
+        takes_none = self.baker or self.voice.tokens == "characters"
+        check_pronunciations(text, "" if takes_none else self.voice.symbols, self.voice.name)
 
     def _reading(self, symbols: str, ids: list[int]) -> Reading:
         return Reading(ids, reading_speaks(symbols, len(ids), self.framing))
