@@ -3,7 +3,8 @@ lexicon entry) travels inside a chunk's text, marked, and the voice's reader say
 phonemes instead of espeak-ng's (triton_tts/text/reader.py).
 
 A marked pronunciation is ``OPEN + phonemes + CLOSE`` (private-use characters, which no
-caller's text keeps: :func:`unmarked` takes them out of every text a request brings), its
+caller's text keeps: triton_tts.validation.decode_text removes them from every TEXT, and
+only preprocess keeps these, in the chunks tts and tts_stream send it), its
 spaces written as ``SPACE`` so that the whole pronunciation stays one word: chunking never
 cuts it, and word timestamps time it as the word it replaces.
 
@@ -36,11 +37,6 @@ MAX_ENTRY_CHARS = 200
 def mark(phonemes: str) -> str:
     """``phonemes`` as one marked word (NFD, as the voices' phoneme maps are written)."""
     return OPEN + SPACE.join(unicodedata.normalize("NFD", phonemes).split()) + CLOSE
-
-
-def unmarked(text: str) -> str:
-    """``text`` without the marks' characters (a caller's text may not mark phonemes)."""
-    return text.translate({ord(c): None for c in MARKS}) if any(c in text for c in MARKS) else text
 
 
 def parts(text: str) -> list[tuple[bool, str]]:
