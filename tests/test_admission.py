@@ -173,7 +173,7 @@ def test_an_unmeasured_voice_starts_at_the_default(tmp_path: Path) -> None:
     assert work.remaining_s == pytest.approx(1.0)
 
 
-def _admit_many(directory: str, count: int, out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+def _admit_many(directory: str, count: int, out: multiprocessing.Queue, done: Any) -> None:  # type: ignore[type-arg]
     book = Ledger(directory, AdmissionSettings(text_budget_s=10.0))
     admitted = 0
     for i in range(count):
@@ -183,6 +183,9 @@ def _admit_many(directory: str, count: int, out: multiprocessing.Queue) -> None:
         except Refused:
             pass
     out.put(admitted)
+    # Alive until every worker has admitted: the ledger drops a dead process's work, so a
+    # worker that exited early would free the budget for one that started late.
+    done.wait(60)
 
 
 def test_processes_share_one_ledger(tmp_path: Path) -> None:
@@ -191,12 +194,18 @@ def test_processes_share_one_ledger(tmp_path: Path) -> None:
     directory = tmp_path / "ledger"
     Ledger(directory).set_capacity("joe", 20.0)
     out: multiprocessing.Queue = multiprocessing.Queue()  # type: ignore[type-arg]
-    workers = [multiprocessing.Process(target=_admit_many, args=(str(directory), 10, out)) for _ in range(4)]
+    done = multiprocessing.Event()
+    workers = [
+        multiprocessing.Process(target=_admit_many, args=(str(directory), 10, out, done)) for _ in range(4)
+    ]
     for w in workers:
         w.start()
-    admitted = sum(out.get(timeout=60) for _ in workers)
-    for w in workers:
-        w.join()
+    try:
+        admitted = sum(out.get(timeout=60) for _ in workers)
+    finally:
+        done.set()
+        for w in workers:
+            w.join()
     assert admitted == 11  # 0 ... 10 s ahead
 
 
