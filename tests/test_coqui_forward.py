@@ -66,7 +66,9 @@ class Exported:
             "SPEAKER_ID": np.zeros(batch, np.int64),
         }
         used = {i.name for i in self.acoustic.get_inputs()}
-        latent, frames = self.acoustic.run(None, {k: v for k, v in feed.items() if k in used})
+        latent, frames = self.acoustic.run(
+            ["LATENT", "FRAME_COUNT"], {k: v for k, v in feed.items() if k in used}
+        )
         return latent, frames
 
     def waveforms(self, items: list[list[int]], scales: list[float] | None = None) -> list[Array]:
@@ -162,6 +164,45 @@ def test_matches_coqui(exported: Exported, length_scale: float) -> None:
         np.testing.assert_allclose(waveform, reference, rtol=0, atol=WAVE_TOL)
 
 
+def coqui_durations(loaded: Loaded, ids: list[int]) -> Array:
+    """Coqui's own frames per id (batch 1, noise off): its ``durations``, or for Glow-TTS
+    its hard alignment's frames per id."""
+    with torch.no_grad():
+        aux = {"x_lengths": torch.tensor([len(ids)]), "speaker_ids": None, "d_vectors": None}
+        outputs = loaded.tts.inference(torch.tensor([ids]), aux_input=aux)
+    if outputs.get("durations") is not None:
+        return outputs["durations"].reshape(-1).numpy()  # type: ignore[no-any-return]
+    return outputs["alignments"][0].sum(0).numpy()  # type: ignore[no-any-return]  # [T_out, T_in]
+
+
+def test_durations_are_coquis_with_the_edge_frames_first(exported: Exported) -> None:
+    """DURATIONS (word timestamps) are Coqui's own frames per id, in a padded batch; the
+    vocoder's leading edge frames count in the first id, so they sum to the item's frames
+    less the trailing edge."""
+    items = _ids(exported)
+    edge = exported.voice.mel_edge_frames
+    ids = np.zeros((len(items), max(map(len, items))), np.int64)
+    for i, item in enumerate(items):
+        ids[i, : len(item)] = item
+    feed = {
+        "PHONEME_IDS": ids,
+        "PHONEME_LENGTH": np.array([len(item) for item in items], np.int64),
+        "SCALES": np.array([[0.0, 1.0, 0.0]] * len(items), np.float32),
+        "SPEAKER_ID": np.zeros(len(items), np.int64),
+    }
+    used = {i.name for i in exported.acoustic.get_inputs()}
+    durations, frames = exported.acoustic.run(
+        ["DURATIONS", "FRAME_COUNT"], {k: v for k, v in feed.items() if k in used}
+    )
+    for i, item in enumerate(items):
+        reference = coqui_durations(exported.loaded, item).copy()
+        reference[0] += edge
+        np.testing.assert_array_equal(durations[i, : len(item)], reference)
+        assert not durations[i, len(item) :].any()  # padded ids: no frames
+        # Glow-TTS's flow drops an odd last frame: word times are clipped to the frames.
+        assert frames[i] - edge <= durations[i].sum() <= frames[i] - edge + 1
+
+
 def test_batch_matches_single(exported: Exported) -> None:
     """Each item of a padded batch of different lengths is its batch-1 output."""
     items = _ids(exported)
@@ -192,8 +233,8 @@ def test_glow_noise_is_per_item(checkpoints: dict[str, coqui_checkpoints.Checkpo
     lengths = torch.tensor([ids.shape[1]] * 2)
     speakers = torch.zeros(2, dtype=torch.long)
     with torch.no_grad():
-        quiet, frames = acoustic(ids, lengths, torch.tensor([[0.0, 1.0, 0.0]] * 2), speakers)
-        noisy, noisy_frames = acoustic(
+        quiet, frames, _ = acoustic(ids, lengths, torch.tensor([[0.0, 1.0, 0.0]] * 2), speakers)
+        noisy, noisy_frames, _ = acoustic(
             ids, lengths, torch.tensor([[0.0, 1.0, 0.0], [0.8, 1.0, 0.0]]), speakers
         )
     assert torch.equal(frames, noisy_frames)

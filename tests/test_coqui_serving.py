@@ -191,3 +191,58 @@ def test_a_voice_without_padding_masks_leaves_no_unpadded_vocoder_behind(
     assert unpadded.exists()
     build_repository([voice_dir], tmp_path / "model_repository")
     assert not unpadded.exists()
+
+
+TACOTRON = "coqui-tacotron2"
+
+
+@pytest.mark.parametrize("name", [v[0] for v in VOICES if v[0] != TACOTRON])
+def test_coqui_voices_time_their_words(multi_server: TritonServer, name: str) -> None:
+    """VITS, FastPitch, FastSpeech2 and Glow-TTS exports say their frames per id
+    (DURATIONS): every written word, in order, within the audio, through tts and a stream."""
+    from triton_tts.client import TTSClient
+
+    text = "Hello world, it costs $3.50 today."
+    with TTSClient(multi_server.grpc_url, "grpc") as tts:
+        assert {v.name: v.timestamps for v in tts.voices()}[name] is True
+        result = tts.synthesize(text, voice=name, timestamps=True, noise_scale=0.0, noise_w=0.0)
+        streamed = [
+            w
+            for chunk in tts.stream(text, voice=name, timestamps=True, noise_scale=0.0, noise_w=0.0)
+            for w in chunk.words
+        ]
+    duration = result.audio.size / result.sample_rate
+    assert [w.word for w in result.words] == ["Hello", "world,", "it", "costs", "$3.50", "today."]
+    for word, following in zip(result.words, [*result.words[1:], None], strict=True):
+        assert 0.0 <= word.start < word.end <= (following.start if following else duration) + 1e-6
+    # A stream cuts its first chunk shorter, so its times differ a little; its words do not.
+    assert [w.word for w in streamed] == [w.word for w in result.words]
+    assert all(a.end <= b.start + 1e-6 for a, b in zip(streamed, streamed[1:], strict=False))
+
+
+def test_timestamps_are_refused_by_name_where_a_voice_has_none(multi_server: TritonServer) -> None:
+    """The Tacotron2 voice has no DURATIONS (its attention is not exported as durations):
+    its listing says so, and asking for timestamps (the client, the gateway's captioned
+    speech) is the caller's error naming the voice; joe on the same server still times its
+    words."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    from tests.helpers import running_gateway
+    from triton_tts.client import RequestRejected, TTSClient
+
+    with TTSClient(multi_server.http_url) as client:
+        voices = {v.name: v for v in client.voices()}
+        assert voices[TACOTRON].timestamps is False and voices["joe"].timestamps is True
+        with pytest.raises(RequestRejected, match=f"voice '{TACOTRON}' has no word timestamps"):
+            client.synthesize("Hello.", voice=TACOTRON, timestamps=True)
+        timed = client.synthesize("Still timed.", timestamps=True).words
+        assert [w.word for w in timed] == ["Still", "timed."]
+    with running_gateway(multi_server.grpc_url) as base:
+        body = json.dumps({"model": "tts-1", "input": "Hello.", "voice": TACOTRON}).encode()
+        request = urllib.request.Request(f"{base}/v1/audio/speech/captioned", body, method="POST")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=120)
+    error = json.loads(refused.value.read())["error"]
+    assert refused.value.code == 400 and "has no word timestamps" in error["message"], error

@@ -65,7 +65,7 @@ def synthesize(
     speaker_ids = np.array(speakers or [0] * len(ids), np.int64)
     if "SPEAKER_ID" in {i.name for i in acoustic.get_inputs()}:
         feeds["SPEAKER_ID"] = speaker_ids
-    latent, frames = acoustic.run(None, feeds)
+    latent, frames = acoustic.run(["LATENT", "FRAME_COUNT"], feeds)
     vocoder_feeds: dict[str, Any] = {"LATENT": latent}
     if "SPEAKER_ID" in {i.name for i in vocoder.get_inputs()}:
         vocoder_feeds["SPEAKER_ID"] = speaker_ids
@@ -126,6 +126,30 @@ def test_equals_coqui_inference_at_batch_one(vits: tuple[Loaded, Path]) -> None:
         np.testing.assert_allclose(ours, reference, atol=PARITY_ATOL)
 
 
+def test_durations_are_coquis_w_ceil(vits: tuple[Loaded, Path]) -> None:
+    """DURATIONS (word timestamps) are Coqui's own frames per id, in a padded batch."""
+    import torch
+
+    loaded, folder = vits
+    acoustic, _ = _sessions(folder)
+    items = [coqui_ids(loaded, text) for text in TEXTS]
+    padded = np.zeros((len(items), max(map(len, items))), np.int64)
+    for row, item in enumerate(items):
+        padded[row, : len(item)] = item
+    feeds = {
+        "PHONEME_IDS": padded,
+        "PHONEME_LENGTH": np.array([len(i) for i in items], np.int64),
+        "SCALES": np.array([(0.0, 1.0, 0.0)] * len(items), np.float32),
+    }
+    durations, frames = acoustic.run(["DURATIONS", "FRAME_COUNT"], feeds)
+    for row, item in enumerate(items):
+        aux = {"x_lengths": torch.tensor([len(item)]), "speaker_ids": None, "d_vectors": None}
+        with torch.no_grad():
+            reference = loaded.tts.inference(torch.tensor([item]), aux_input=aux)["durations"].reshape(-1)
+        np.testing.assert_array_equal(durations[row, : len(item)], reference.numpy())
+        assert not durations[row, len(item) :].any() and durations[row].sum() == frames[row]
+
+
 def test_padded_batch_equals_batch_one(vits: tuple[Loaded, Path]) -> None:
     loaded, folder = vits
     ids = [coqui_ids(loaded, t) for t in TEXTS]
@@ -159,7 +183,7 @@ def test_one_item_runs_use_the_mask_free_copy(vits: tuple[Loaded, Path]) -> None
             "PHONEME_LENGTH": np.array([ids.shape[1]]),
             "SCALES": np.array([[0, 1, 0]], np.float32),
         }
-        latent, frames = acoustic.run(None, feeds)
+        latent, frames = acoustic.run(["LATENT", "FRAME_COUNT"], feeds)
         latents.append(latent[0, :, : int(frames[0])])
     one_by_one = VocoderRunner(folder / VOCODER_FILE, 1, max_items_per_run=1, max_padded=10_000)
     padded = VocoderRunner(folder / VOCODER_FILE, 1, max_items_per_run=2, max_padded=10_000)

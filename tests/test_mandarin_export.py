@@ -109,6 +109,7 @@ def test_contract_inputs_and_outputs(exported: Path) -> None:
     assert io(acoustic, list(acoustic.graph.output)) == [
         ("LATENT", onnx.TensorProto.FLOAT, 3),
         ("FRAME_COUNT", onnx.TensorProto.INT64, 1),
+        ("DURATIONS", onnx.TensorProto.FLOAT, 2),  # frames per id: word timestamps
     ]
     vocoder = onnx.load(str(exported / VOCODER_FILE), load_external_data=False)
     assert io(vocoder, list(vocoder.graph.input)) == [("LATENT", onnx.TensorProto.FLOAT, 3)]
@@ -145,6 +146,7 @@ def test_parity_gates_passed(exported: Path) -> None:
     assert len(gated) == 3
     for run in gated:
         assert run["frames_equal"] == "6/6" and run["mel_max_abs_diff"] <= parity["gates"]["mel_max_abs_diff"]
+        assert run["durations_equal"] == "6/6"  # DURATIONS: the TFLite graph's own frames per id
     vocoder = parity["vocoder_vs_stock_tflite_same_mel"]
     assert (
         vocoder["lengths_equal"] == "6/6" and vocoder["snr_db_min"] >= parity["gates"]["vocoder_min_snr_db"]

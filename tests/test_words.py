@@ -70,7 +70,7 @@ def test_word_times_run_from_each_words_first_id_to_its_last() -> None:
 def test_the_clock_times_words_across_chunks_from_the_start_of_the_audio() -> None:
     text = "I paid $3.50 today."
     chunks = ["I paid three dollars", "and fifty cents today."]
-    clock = WordClock(tokens(text), chunks)
+    clock = WordClock(text, chunks)
     first = clock.add(
         ["I", "paid", "three", "dollars"], np.array([[0, 0.1], [0.1, 0.3], [0.3, 0.5], [0.5, 0.9]]), 1.0
     )
@@ -85,6 +85,6 @@ def test_the_clock_times_words_across_chunks_from_the_start_of_the_audio() -> No
 
 def test_the_clock_follows_a_chunk_said_in_halves() -> None:
     # a word cut in two (a chunk over the voice's budget, said in halves) is one word again
-    clock = WordClock(["Supercalifragilistic."], ["Supercalifragilistic."])
+    clock = WordClock("Supercalifragilistic.", ["Supercalifragilistic."])
     words = clock.add(["Supercali", "fragilistic."], np.array([[0.0, 0.4], [0.45, 0.9]]), 1.0)
     assert [(w.text, w.start, w.end) for w in words] == [("Supercalifragilistic.", 0.0, 0.9)]

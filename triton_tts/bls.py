@@ -44,9 +44,9 @@ from triton_tts.pacing import Pacer
 from triton_tts.request_options import RequestOptions, read_options, read_text
 from triton_tts.text import ssml
 from triton_tts.text.frontend import is_chinese, normalizer
-from triton_tts.text.pronounce import Lexicon, check_pronunciations
+from triton_tts.text.pronounce import Lexicon, check_pinyin, check_pronunciations
 from triton_tts.text.speaks import pronounceable
-from triton_tts.text.words import Word, WordClock, tokens
+from triton_tts.text.words import Word, WordClock
 from triton_tts.validation import MAX_LONG_TEXT_CHARS, InvalidRequest, NothingToSay, check_timestamps
 
 # Inputs sent on with every chunk as the client sent them (VOICE chose the ensemble).
@@ -114,12 +114,13 @@ class LongTextRequest:
     caller: str = ""  # the request's "caller" parameter (the gateway names API keys' callers)
     audio_s: float = 0.0  # predicted audio of all chunks (admission)
     first_audio_s: float = 0.0  # of the first chunk
-    written: list[str] | None = None  # TIMESTAMPS: the text's words as written
+    written: str | None = None  # TIMESTAMPS: the text as written
+    chinese: bool = False  # its words are cut as Chinese words (triton_tts/text/words.py)
     shape: ChunkShape | None = None  # SSML: each chunk's speed, gain and silence after
 
     def word_clock(self) -> WordClock | None:
         """The request's word timestamps, chunk by chunk (None: TIMESTAMPS not asked)."""
-        return None if self.written is None else WordClock(self.written, self.chunks)
+        return None if self.written is None else WordClock(self.written, self.chunks, self.chinese)
 
     def extras(self, index: int) -> list[Any]:
         """The inputs sent with chunk ``index`` besides TEXT."""
@@ -178,6 +179,7 @@ class LongTextSettings:
     threads: int
     lexicons: Mapping[str, Lexicon] = field(default_factory=dict)  # voice name -> --lexicon entries
     phonemes: Mapping[str, str] = field(default_factory=dict)  # voice -> its pronunciations' symbols
+    syllables: Mapping[str, dict[str, list[str]]] = field(default_factory=dict)  # pinyin voices'
 
     @property
     def speakers(self) -> dict[str, int]:
@@ -192,6 +194,8 @@ class LongTextSettings:
     def from_model_config(cls, config: dict[str, Any]) -> LongTextSettings:
         params = string_parameters(config)
         voices = VoiceInfo.list_from_json(params["voices"])
+        phonemes = json.loads(params.get("pronunciations", "{}"))
+        syllables = json.loads(params.get("pinyin_syllables", "{}"))
         return cls(
             plan=ChunkPlan(
                 int(params["first_chunk_chars"]),
@@ -202,19 +206,21 @@ class LongTextSettings:
             voices=voices,
             limits={v.name: ChunkLimits.from_json(json.dumps(v.chunk_limits)) for v in voices},
             threads=int(params["bls_threads"]),
-            phonemes=json.loads(params.get("pronunciations", "{}")),
+            phonemes=phonemes,
+            syllables=syllables,
             lexicons=voice_lexicons(
-                voices, [Lexicon.from_json(x) for x in json.loads(params.get("lexicons", "[]"))]
+                [v for v in voices if phonemes.get(v.name) != "" or v.name in syllables],
+                [Lexicon.from_json(x) for x in json.loads(params.get("lexicons", "[]"))],
             ),
         )
 
 
 def voice_lexicons(voices: list[VoiceInfo], lexicons: list[Lexicon]) -> Mapping[str, Lexicon]:
-    """Each voice's entries: all of its language's lexicons (a later file's entry wins).
-    Mandarin voices take none (their pronunciations are pinyin, not IPA)."""
+    """Each voice's entries: all of its language's lexicons (a later file's entry wins;
+    Mandarin ones give pinyin). ``voices``: those that take pronunciations."""
     out = {}
     for voice in voices:
-        serving = [x for x in lexicons if x.serves(voice.language) and not is_chinese(voice.language)]
+        serving = [x for x in lexicons if x.serves(voice.language)]
         if serving:
             out[voice.name] = Lexicon(voice.language, {k: v for x in serving for k, v in x.entries.items()})
     return MappingProxyType(out)
@@ -244,7 +250,14 @@ def read_request(
 
     shape: ChunkShape | None = None
     if ssml.is_ssml(text, options.text_format):
-        document = ssml.read(text, normalize, not is_chinese(voice.language), options.speed or 1.0)
+        alphabet = (
+            "x-pinyin"
+            if voice.name in settings.syllables
+            else "ipa"
+            if settings.phonemes.get(voice.name)
+            else ""
+        )
+        document = ssml.read(text, normalize, not is_chinese(voice.language), options.speed or 1.0, alphabet)
         chunks, shape = _ssml_chunks(document, settings, voice, options, says_something, first_scale)
         written = document.written
     else:
@@ -257,8 +270,10 @@ def read_request(
         written = text
     if not chunks:
         raise NothingToSay()
-    if voice.name in settings.phonemes:  # given pronunciations: refused before any chunk runs
-        for chunk in chunks:
+    for chunk in chunks:  # given pronunciations: refused before any chunk runs
+        if voice.name in settings.syllables:
+            check_pinyin(chunk, settings.syllables[voice.name], voice.name)
+        elif voice.name in settings.phonemes:
             check_pronunciations(chunk, settings.phonemes[voice.name], voice.name)
     extras = [
         t for name in CHUNK_OPTIONS if (t := pb_utils.get_input_tensor_by_name(request, name)) is not None
@@ -287,7 +302,8 @@ def read_request(
         caller=read_caller(request),
         audio_s=audio_s(len(chunks)),
         first_audio_s=audio_s(1),
-        written=tokens(written) if options.timestamps else None,
+        written=written if options.timestamps else None,
+        chinese=is_chinese(voice.language),
         shape=shape,
     )
 

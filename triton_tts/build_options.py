@@ -43,6 +43,9 @@ class VoiceModels:
     # The symbols a given pronunciation (SSML phoneme, a lexicon entry) may use; "": the
     # voice takes none (characters, pinyin); None: not known here (preprocess still checks).
     phonemes: str | None = None
+    # A pinyin voice's syllables (voice.json: sound -> initial, final): what its given
+    # pronunciations (SSML x-pinyin, a Mandarin lexicon entry) may say.
+    syllables: dict[str, list[str]] | None = None
 
     @property
     def default(self) -> bool:

@@ -205,6 +205,52 @@ def hanzi(text: str) -> str:
     return "".join(han_characters(normalize_chinese(_simplified().convert(text))))
 
 
+def mandarin_word_starts(
+    audio: npt.NDArray[np.float32], sample_rate: int, words: Sequence[str]
+) -> list[float | None]:
+    """Where Whisper (its word timestamps: cross-attention alignment) starts each of
+    ``words`` (written Chinese, in order) in ``audio``, in seconds: for each word, the
+    start of the word Whisper heard beginning with the same character at the same place
+    of the text (the characters aligned by difflib, :func:`hanzi` on both sides); None
+    for a word no heard word begins with."""
+    import difflib
+
+    import soxr
+
+    speech = soxr.resample(np.asarray(audio, dtype=np.float32), sample_rate, ASR_SAMPLE_RATE)
+    segments, _ = _whisper().transcribe(
+        speech.astype(np.float32),
+        language="zh",
+        beam_size=5,
+        initial_prompt=WHISPER_PROMPT,
+        temperature=0.0,
+        word_timestamps=True,
+        condition_on_previous_text=False,
+    )
+    heard_text = ""
+    heard_starts: list[float | None] = []  # per heard character: its word's start if it begins one
+    for segment in segments:
+        for word in segment.words or []:
+            characters = hanzi(word.word)
+            heard_text += characters
+            heard_starts += [float(word.start), *([None] * (len(characters) - 1))][: len(characters)]
+    said = [hanzi(w) for w in words]
+    first: dict[int, int] = {}  # our character's position -> the word it begins
+    at = 0
+    for number, characters in enumerate(said):
+        if characters:
+            first[at] = number
+        at += len(characters)
+    starts: list[float | None] = [None] * len(words)
+    matcher = difflib.SequenceMatcher(a="".join(said), b=heard_text, autojunk=False)
+    for block in matcher.get_matching_blocks():
+        for k in range(block.size):
+            begins = first.get(block.a + k)
+            if begins is not None:
+                starts[begins] = heard_starts[block.b + k]
+    return starts
+
+
 def mandarin_cer(references: Sequence[str], hypotheses: Sequence[str]) -> float:
     """Character error rate over all the texts, on :func:`hanzi`."""
     import jiwer

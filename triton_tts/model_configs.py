@@ -434,6 +434,10 @@ def _long_text(name: str, opts: BuildOptions, streaming: bool) -> mc.ModelConfig
         pronunciations=json.dumps(
             {v.served.name: v.phonemes for v in opts.voices if v.phonemes is not None}, ensure_ascii=False
         ),
+        # Pinyin voices -> their syllables (the same check for pinyin pronunciations).
+        pinyin_syllables=json.dumps(
+            {v.served.name: v.syllables for v in opts.voices if v.syllables is not None}, sort_keys=True
+        ),
     )
     if streaming:
         _params(

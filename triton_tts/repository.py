@@ -33,6 +33,7 @@ from triton_tts.model_configs import (
 from triton_tts.onnx_session import graph_inputs, graph_outputs
 from triton_tts.stages import unpadded_twin
 from triton_tts.text.frontend import is_chinese
+from triton_tts.text.pronounce import check_lexicon
 from triton_tts.text.reader import TextReader
 from triton_tts.voice import (
     ACOUSTIC_FILE,
@@ -109,14 +110,14 @@ def voice_models(voice: Voice, voice_dir: Path, default: bool) -> VoiceModels:
         tokens=voice.tokens,
         model=chunk_model(voice.name, default),
         chunk_limits=json.loads(calibrate(voice_dir).to_json()),
-        # Durations from the graph, and a reader that maps ids to words (not pinyin yet).
+        # Durations from the graph (the reader maps every kind of ids to words).
         timestamps=voice.acoustic_kind == "single"
-        and voice.tokens != PINYIN_BAKER
         and "DURATIONS" in graph_outputs(voice_dir / ACOUSTIC_FILE),
     )
     return VoiceModels(
         served=served,
         phonemes="".join(sorted(voice.symbols)) if voice.tokens not in ("characters", PINYIN_BAKER) else "",
+        syllables=dict(voice.syllables) if voice.tokens == PINYIN_BAKER else None,
         latent_channels=voice.latent_channels,
         acoustic_speaker="SPEAKER_ID" in acoustic_inputs
         or (voice.acoustic_kind != "single" and voice.num_speakers > 1),
@@ -137,9 +138,12 @@ def with_voices(options: BuildOptions, voices: Sequence[tuple[Voice, Path]]) -> 
             raise ValueError(
                 f"voice name {name!r}: use letters, digits, '-' and '_' (it names Triton models)"
             )
-    return replace(
-        options, voices=tuple(voice_models(v, d, default=i == 0) for i, (v, d) in enumerate(voices))
-    )
+    models = tuple(voice_models(v, d, default=i == 0) for i, (v, d) in enumerate(voices))
+    for lexicon in options.lexicons:
+        for voice in models:
+            if lexicon.serves(voice.served.language):
+                check_lexicon(lexicon, voice.served.name, voice.phonemes, voice.syllables)
+    return replace(options, voices=models)
 
 
 def with_voice(options: BuildOptions, voice: Voice, voice_dir: Path | None = None) -> BuildOptions:

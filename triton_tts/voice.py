@@ -123,6 +123,15 @@ class Voice:
         ids.extend(self.eos or [])
         return ids
 
+    def symbol_owners(self, symbols: list[str], owners: list[int]) -> list[int]:
+        """:meth:`symbols_to_ids`, but for each id the owner of its symbol (``owners``, one
+        per symbol); framing ids belong to none (-1)."""
+        result = [-1] * len(self.bos or [])
+        for symbol, owner in zip(symbols, owners, strict=True):
+            result.extend([owner] * len(self.symbols.get(symbol, ())))
+        result.extend([-1] * len(self.eos or []))
+        return result
+
     def phonemes_to_ids(self, phonemes: str) -> list[int]:
         """Map a phoneme (or character) string to ids; unknown symbols are dropped."""
         piper = self.bos is None and self.eos is None and self.intersperse is None

@@ -41,17 +41,29 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import unicodedata
 from collections.abc import Callable
 from types import MappingProxyType
 
 import cn2an  # type: ignore[import-untyped,unused-ignore]
 import jieba  # type: ignore[import-untyped,unused-ignore]
 from pypinyin import Style, lazy_pinyin  # type: ignore[import-untyped,unused-ignore]
-from pypinyin.contrib.tone_convert import to_tone  # type: ignore[import-untyped,unused-ignore]
+from pypinyin.contrib.tone_convert import to_tone, to_tone3  # type: ignore[import-untyped,unused-ignore]
 
 from triton_tts.text.han import HAN
+from triton_tts.text.marks import CLOSE, MARKS, OPEN, SPACE
 
-__all__ = ["PAUSES", "baker_symbols", "normalize_chinese", "pinyin"]
+__all__ = [
+    "PAUSES",
+    "baker_symbols",
+    "baker_symbols_owned",
+    "given_pinyin",
+    "normalize_chinese",
+    "pinyin",
+    "pinyin_spans",
+    "segment",
+    "unknown_syllables",
+]
 
 _log = logging.getLogger(__name__)
 jieba.setLogLevel(logging.WARNING)  # it logs its dictionary loading at INFO
@@ -80,6 +92,7 @@ PAUSES = MappingProxyType(
 
 _TOKEN = re.compile(
     rf"(?P<han>[{HAN}]+)|(?P<latin>[A-Za-z]+(?:['’-][A-Za-z]+)*)|(?P<pause>[{''.join(PAUSES)}])"
+    rf"|(?P<given>{OPEN}[^{MARKS}]*(?:{SPACE}[^{MARKS}]*)*{CLOSE})"
 )
 
 # Full-width digits, letters and signs -> ASCII; the punctuation stays full-width (pauses).
@@ -347,20 +360,57 @@ def pinyin(text: str, marks: bool = False) -> list[str]:
     """The pronunciation of (normalised) Chinese text: one pinyin syllable per character
     with its tone as a number ("ni2", "hao3"; 5 is the neutral tone) or, with ``marks``,
     as a mark ("ní"); Latin words as written; pause tokens (:data:`PAUSES`) for
-    punctuation. Anything else says nothing. Never raises on any ``str``."""
-    tokens: list[str] = []
+    punctuation; a marked pronunciation's syllables (:func:`given_pinyin`) as given.
+    Anything else says nothing. Never raises on any ``str``."""
+    return [token for token, _ in pinyin_spans(text, marks)]
+
+
+def pinyin_spans(text: str, marks: bool = False) -> list[tuple[str, int]]:
+    """:func:`pinyin`, each token with the offset in ``text`` of what it says (a character,
+    a Latin word, a punctuation mark, a marked pronunciation's start)."""
+    tokens: list[tuple[str, int]] = []
     for match in _TOKEN.finditer(text.translate(_CLEAN)):
         if match.lastgroup == "han":
             syllables = _read(match.group())
             _yi_bu_sandhi(syllables)
             _third_tone_sandhi(syllables)
             said = [str(s) for s in syllables]
-            tokens.extend(to_tone(s) if marks else s for s in said)
+            tokens.extend((to_tone(s) if marks else s, match.start() + k) for k, s in enumerate(said))
         elif match.lastgroup == "latin":
-            tokens.append(match.group())
-        elif tokens and tokens[-1] not in PAUSES.values():  # no pause at the start, one at a time
-            tokens.append(PAUSES[match.group()])
+            tokens.append((match.group(), match.start()))
+        elif match.lastgroup == "given":
+            given = given_pinyin(match.group()[1:-1].replace(SPACE, " "))
+            tokens.extend((to_tone(s) if marks else s, match.start()) for s in given or [])
+        elif tokens and tokens[-1][0] not in PAUSES.values():  # no pause at the start, one at a time
+            tokens.append((PAUSES[match.group()], match.start()))
     return tokens
+
+
+_GIVEN_SYLLABLE = re.compile(r"[a-z]+[1-5]")
+
+
+def given_pinyin(pronunciation: str) -> list[str] | None:
+    """A pronunciation given in pinyin (SSML ``x-pinyin``, a Mandarin lexicon entry) as
+    :func:`pinyin`'s syllables: tone numbers ("yin2 hang2") or tone marks ("yín háng"),
+    ü written ü, v or u: ("lü4", "lv4"); a syllable without a tone is neutral (5). None
+    when a piece is not a pinyin syllable."""
+    out = []
+    for piece in unicodedata.normalize("NFC", pronunciation).lower().replace("u:", "v").split():
+        syllable = to_tone3(piece, v_to_u=False, neutral_tone_with_five=True)
+        if not syllable[-1:].isdigit():
+            syllable += "5"
+        if not _GIVEN_SYLLABLE.fullmatch(syllable):
+            return None
+        out.append(syllable)
+    return out or None
+
+
+def segment(text: str) -> list[tuple[int, int]]:
+    """The [start, end) of each word of ``text`` as jieba cuts it (its dictionary words, as
+    :func:`pinyin`'s tone sandhi uses them), white space left out."""
+    with _JIEBA_LOCK:
+        cut = list(jieba.tokenize(text, HMM=False))
+    return [(start, end) for word, start, end in cut if word.strip()]
 
 
 # --- Baker-corpus symbols ------------------------------------------------------------------
@@ -388,8 +438,20 @@ def baker_symbols(tokens: list[str], syllables: dict[str, list[str]]) -> list[st
     splits each syllable into initial and final): "#0" between characters, "#3" at a
     pause, no framing ("sil" and "eos" are the voice's BOS/EOS). A Latin word, or a
     syllable the voice lacks, says nothing: such voices were trained on Chinese only."""
+    return baker_symbols_owned(tokens, [NO_OWNER] * len(tokens), syllables)[0]
+
+
+NO_OWNER = -1
+
+
+def baker_symbols_owned(
+    tokens: list[str], owners: list[int], syllables: dict[str, list[str]]
+) -> tuple[list[str], list[int]]:
+    """:func:`baker_symbols`, with each symbol's owner: that of the token it says
+    (``owners``, one per token); the gaps and pauses between syllables are :data:`NO_OWNER`'s."""
     symbols: list[str] = []
-    for token in tokens:
+    owned: list[int] = []
+    for token, owner in zip(tokens, owners, strict=True):
         if token in PAUSES.values():
             if symbols and symbols[-1] == BAKER_WORD_GAP:
                 symbols[-1] = BAKER_PAUSE
@@ -397,6 +459,17 @@ def baker_symbols(tokens: list[str], syllables: dict[str, list[str]]) -> list[st
         said = _baker_syllable(token, syllables) if token[-1:].isdigit() else []
         if said:
             symbols.extend([*said, BAKER_WORD_GAP])
+            owned.extend([owner] * len(said) + [NO_OWNER])
     while symbols and symbols[-1] in (BAKER_WORD_GAP, BAKER_PAUSE):
         symbols.pop()
-    return symbols
+        owned.pop()
+    return symbols, owned
+
+
+def unknown_syllables(pronunciation: str, syllables: dict[str, list[str]]) -> list[str]:
+    """The pieces of a pinyin pronunciation a Baker voice cannot say (all of them when it
+    is not pinyin: :func:`given_pinyin`)."""
+    given = given_pinyin(pronunciation)
+    if given is None:
+        return pronunciation.split() or [pronunciation]
+    return [s for s in given if not _baker_syllable(s, syllables)]

@@ -15,6 +15,12 @@ matches the word as the normaliser leaves it (numbers are words by then), whole,
 case ("Nguyen", "NGUYEN"); an entry of several words ("New York") matches them with any
 white space between; the longest entry wins. Other forms ("Nguyens") need entries of their
 own.
+
+A Mandarin lexicon (``--lexicon zh=FILE``, also ``cmn``) gives pinyin instead of IPA:
+``银行<TAB>yin2 hang2`` (tone numbers, or tone marks "yín háng"; no tone is the neutral
+tone). Chinese is written without spaces, so an entry of Chinese characters matches
+wherever those characters stand (the longest entry first, left to right), before the
+characters are read; its syllables are checked against the voice's when the server starts.
 """
 
 from __future__ import annotations
@@ -25,11 +31,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from triton_tts.text.frontend import is_chinese
+from triton_tts.text.han import has_han
+from triton_tts.text.marks import CLOSE, MARKED, MARKS, OPEN, SPACE
 from triton_tts.validation import InvalidRequest
 
-OPEN, CLOSE, SPACE = "\ue000", "\ue001", "\ue002"
-MARKS = OPEN + CLOSE + SPACE
-MARKED = re.compile(f"{OPEN}([^{MARKS}]*(?:{SPACE}[^{MARKS}]*)*){CLOSE}")
 MAX_ENTRIES = 100_000
 MAX_ENTRY_CHARS = 200
 
@@ -90,14 +96,15 @@ class Lexicon:
         self._pattern: re.Pattern[str] | None = None
 
     def serves(self, language: str) -> bool:
+        if is_chinese(self.language):  # zh, cmn, zh-CN: one Mandarin
+            return is_chinese(language)
         return language.lower() == self.language or language.lower().startswith(self.language + "-")
 
     @property
     def pattern(self) -> re.Pattern[str] | None:
         if self._pattern is None and self.entries:
             words = sorted(self.entries, key=len, reverse=True)  # the longest entry wins
-            alternation = "|".join(r"\s+".join(re.escape(w) for w in word.split()) for word in words)
-            self._pattern = re.compile(rf"(?<![\w'{MARKS}])(?:{alternation})(?![\w'{MARKS}])", re.IGNORECASE)
+            self._pattern = re.compile("|".join(_entry_pattern(w) for w in words), re.IGNORECASE)
         return self._pattern
 
     def apply(self, text: str) -> tuple[str, list[tuple[str, str]]]:
@@ -127,9 +134,55 @@ class Lexicon:
         )
 
 
+def _entry_pattern(word: str) -> str:
+    """An entry's words with any white space between; whole words, except at an edge that
+    is a Chinese character (Chinese has no spaces between words)."""
+    body = r"\s+".join(re.escape(w) for w in word.split())
+    before = "" if has_han(word[0]) else rf"(?<![\w'{MARKS}])"
+    after = "" if has_han(word[-1]) else rf"(?![\w'{MARKS}])"
+    return f"{before}(?:{body}){after}"
+
+
+def check_pinyin(text: str, syllables: Mapping[str, object], voice: str) -> None:
+    """Refuse (InvalidRequest) ``text``'s marked pronunciations that Mandarin voice
+    ``voice`` cannot say: each must be pinyin syllables among ``syllables``."""
+    from triton_tts.text.chinese import unknown_syllables
+
+    for given, piece in parts(text):
+        if not given:
+            continue
+        unknown = unknown_syllables(piece, dict(syllables))  # type: ignore[arg-type]
+        if unknown:
+            raise InvalidRequest(
+                f"the pronunciation {piece!r} has {', '.join(repr(s) for s in unknown)}: not pinyin "
+                f"syllables voice '{voice}' says (write 'yin2 hang2' or 'yín háng')"
+            )
+
+
+def check_lexicon(
+    lexicon: Lexicon, voice: str, phonemes: str | None, syllables: Mapping[str, object] | None
+) -> None:
+    """ValueError naming the first entry of ``lexicon`` that voice ``voice`` cannot say:
+    ``phonemes`` its symbols ("": it takes no pronunciations, and lexicons do not apply
+    to it; None: not known), or ``syllables`` a pinyin voice's."""
+    if syllables is None and not phonemes:
+        return
+    for word, said in lexicon.entries.items():
+        try:
+            if syllables is not None:
+                check_pinyin(mark(said), syllables, voice)
+            else:
+                check_pronunciations(mark(said), phonemes or "", voice)
+        except InvalidRequest as err:
+            raise ValueError(f"{lexicon.source}: {word!r}: {err}") from None
+
+
 def parse_lexicon(text: str, language: str, source: str = "lexicon") -> Lexicon:
     """A lexicon file's text -> its Lexicon; ValueError naming the line that is wrong."""
     entries: dict[str, str] = {}
+    chinese = is_chinese(language)
+    if chinese:
+        from triton_tts.text.chinese import given_pinyin
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
@@ -146,6 +199,10 @@ def parse_lexicon(text: str, language: str, source: str = "lexicon") -> Lexicon:
             raise ValueError(f"{where}: private-use characters and tabs are not allowed")
         if not any(c.isalnum() for c in word):
             raise ValueError(f"{where}: {word!r} has no letters or digits")
+        if chinese and given_pinyin(phonemes) is None:
+            raise ValueError(
+                f"{where}: {phonemes!r} is not pinyin (tone numbers 'yin2 hang2' or marks 'yín háng')"
+            )
         key = word.lower()
         if key in entries and entries[key] != phonemes:
             raise ValueError(f"{where}: {word!r} is given twice, with different phonemes")

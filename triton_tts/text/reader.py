@@ -16,9 +16,9 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from triton_tts.text.frontend import frontend_for, is_chinese
-from triton_tts.text.pronounce import check_pronunciations, parts
+from triton_tts.text.pronounce import check_pinyin, check_pronunciations, parts
 from triton_tts.text.speaks import reading_speaks
-from triton_tts.text.words import letter_owners, phoneme_owners, tokens
+from triton_tts.text.words import letter_owners, phoneme_owners, unit_spans, units, word_groups
 from triton_tts.voice import PINYIN_BAKER
 
 if TYPE_CHECKING:
@@ -45,8 +45,8 @@ def _put_back(phonemes: str, stand_in: str, given: list[str]) -> str | None:
 class Reading:
     ids: list[int]
     speaks: bool  # False: nothing the voice can pronounce (only framing, pauses)
-    # When asked for (timestamps): for each id, the index of the text's word (whitespace
-    # separated, triton_tts/text/words.py) it says; -1 for none.
+    # When asked for (timestamps): for each id, the index of the text's unit it says (its
+    # whitespace-separated words; Chinese: characters, triton_tts/text/words.py); -1 for none.
     owners: list[int] | None = None
 
 
@@ -57,7 +57,8 @@ class TextReader:
         self.voice = voice
         self.frontend = frontend_for(voice.phonemizer_language, voice.tokens)
         self.baker = voice.tokens == PINYIN_BAKER
-        if self.baker and not is_chinese(voice.phonemizer_language):
+        self.chinese = is_chinese(voice.phonemizer_language)
+        if self.baker and not self.chinese:
             raise ValueError(f"voice '{voice.name}': {PINYIN_BAKER} tokens need a Chinese language")
 
     @cached_property
@@ -68,23 +69,32 @@ class TextReader:
     def normalize(self, text: str) -> str:
         return self.frontend.normalize(text)
 
-    @property
-    def timed(self) -> bool:
-        """Whether this reader can say which ids belong to which word (not for pinyin
-        voices yet: their symbols are syllables, not letters)."""
-        return not self.baker
+    def word_groups(self, written: str, spoken: str) -> list[tuple[str, range]]:
+        """The words of ``written`` (before normalisation), each with the range of the units
+        of ``spoken`` (after) it became: what the ids' owners (:class:`Reading`) index."""
+        return word_groups(written, units(spoken, self.chinese), self.chinese)
 
     def read(self, texts: list[str], owned: Sequence[bool] = ()) -> list[Reading]:
         """Normalised texts -> their ids (in one espeak-ng call for phoneme voices);
         ``owned[i]``: also say which word each id of text i belongs to."""
         if self.baker:
-            from triton_tts.text.chinese import baker_symbols, pinyin
+            from triton_tts.text.chinese import baker_symbols_owned, pinyin_spans
 
             for text in texts:
                 self.check(text)
-
-            said = [baker_symbols(pinyin(text), self.voice.syllables) for text in texts]
-            return [self._reading(" ".join(s), self.voice.symbols_to_ids(s)) for s in said]
+            out = []
+            for i, text in enumerate(texts):
+                said = pinyin_spans(text)
+                unit_of = self._unit_of(text) if i < len(owned) and owned[i] else None
+                owners = [-1 if unit_of is None else unit_of[at] for _, at in said]
+                symbols, symbol_owners = baker_symbols_owned(
+                    [t for t, _ in said], owners, self.voice.syllables
+                )
+                reading = self._reading(" ".join(symbols), self.voice.symbols_to_ids(symbols))
+                if unit_of is not None:
+                    reading = replace(reading, owners=self.voice.symbol_owners(symbols, symbol_owners))
+                out.append(reading)
+            return out
         from triton_tts.text.phonemize import espeak  # libespeak-ng: loaded on first use
 
         phonemizer = espeak(self.voice.phonemizer_language)
@@ -102,10 +112,17 @@ class TextReader:
 
         return self._symbols(espeak(self.voice.phonemizer_language), [text])[0]
 
+    def _unit_of(self, text: str) -> list[int]:
+        """For each character of ``text``, the index of the unit it is in (-1: none)."""
+        unit_of = [-1] * len(text)
+        for number, (start, end) in enumerate(unit_spans(text, self.chinese)):
+            unit_of[start:end] = [number] * (end - start)
+        return unit_of
+
     def _letter_owners(self, phonemizer: EspeakPhonemizer, text: str, symbols: str) -> list[int]:
-        if self.voice.tokens == "characters":
+        if self.voice.tokens == "characters" and not self.chinese:
             return letter_owners(symbols)
-        alone = self._symbols(phonemizer, tokens(text))
+        alone = self._symbols(phonemizer, units(text, self.chinese))
         return phoneme_owners(symbols, alone)
 
     def _symbols(self, phonemizer: EspeakPhonemizer, texts: list[str]) -> list[str]:
@@ -140,8 +157,12 @@ class TextReader:
 
     def check(self, text: str) -> None:
         """Refuse (InvalidRequest) a text whose marked pronunciations this voice cannot say:
-        each request's own, before its batch is read (pinyin and letter voices take none)."""
-        takes_none = self.baker or self.voice.tokens == "characters"
+        each request's own, before its batch is read (letter voices take none; pinyin
+        voices take pinyin)."""
+        if self.baker:
+            check_pinyin(text, self.voice.syllables, self.voice.name)
+            return
+        takes_none = self.voice.tokens == "characters"
         check_pronunciations(text, "" if takes_none else self.voice.symbols, self.voice.name)
 
     def _reading(self, symbols: str, ids: list[int]) -> Reading:

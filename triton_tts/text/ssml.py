@@ -23,8 +23,10 @@ silence its breaks ask for. The elements:
   time, currency, fraction. English voices read each as written here; others read the
   content through their normaliser.
 * ``sub`` ``alias``: the alias is said; the word timestamps name the element's text.
-* ``phoneme`` ``alphabet="ipa"`` ``ph``: the phonemes are said instead of the word
-  (espeak-ng voices; each symbol must be one of the voice's phonemes).
+* ``phoneme`` ``ph``: the phonemes are said instead of the word; ``alphabet="ipa"`` for
+  espeak-ng voices (each symbol must be one of the voice's phonemes), ``"x-pinyin"`` for
+  Mandarin ones ("yin2 hang2" or "yín háng", each a syllable of the voice); without
+  ``alphabet``, the voice's own.
 * ``emphasis``, ``lang``, ``mark``: their text is spoken as it is (``mark`` is empty).
 
 Anything else (``audio``, ``voice``, unknown elements or attributes' values)
@@ -213,10 +215,14 @@ def spelled(text: str) -> str:
 
 class Reader:
     """Reads one SSML document for a voice: ``normalize`` is its language's normaliser,
-    ``english`` whether say-as reads English words here."""
+    ``english`` whether say-as reads English words here, ``alphabet`` the phonemes it
+    takes ("ipa", "x-pinyin"; "": none)."""
 
-    def __init__(self, normalize: Callable[[str], str], english: bool, speed: float = 1.0) -> None:
+    def __init__(
+        self, normalize: Callable[[str], str], english: bool, speed: float = 1.0, alphabet: str = "ipa"
+    ) -> None:
         self.normalize, self.english, self.speed = normalize, english, speed
+        self.alphabet = alphabet
         self.positions: dict[int, tuple[int, int]] = {}
         self.segments: list[Segment] = []
         self.lead_s = 0.0
@@ -305,11 +311,14 @@ class Reader:
             raise self.refused(element, f"is not supported; the elements read here: {known}")
 
     def _phoneme(self, element: ET.Element, rate: float, gain_db: float | None) -> None:
-        alphabet, ph = element.get("alphabet", "ipa"), element.get("ph")
-        if alphabet != "ipa":
-            raise self.refused(element, f"alphabet {alphabet!r}: only 'ipa' is read (espeak-ng voices)")
-        if not self.english:
-            raise self.refused(element, "this voice takes no IPA (pinyin voices): write the characters")
+        alphabet, ph = element.get("alphabet", self.alphabet or "ipa"), element.get("ph")
+        if alphabet not in ("ipa", "x-pinyin"):
+            raise self.refused(
+                element, f"alphabet {alphabet!r}: 'ipa' (espeak-ng voices) or 'x-pinyin' (Mandarin)"
+            )
+        if alphabet != self.alphabet:
+            takes = f"takes {self.alphabet!r}" if self.alphabet else "takes no phonemes (it reads letters)"
+            raise self.refused(element, f"alphabet {alphabet!r}: this voice {takes}")
         if ph is None or not ph.strip():
             raise self.refused(element, "needs ph, the phonemes to say")
         if len(element):
@@ -455,9 +464,11 @@ class Reader:
         return words
 
 
-def read(text: str, normalize: Callable[[str], str], english: bool, speed: float = 1.0) -> Document:
+def read(
+    text: str, normalize: Callable[[str], str], english: bool, speed: float = 1.0, alphabet: str = "ipa"
+) -> Document:
     """An SSML document -> its segments (InvalidRequest naming what is wrong and where)."""
-    document = Reader(normalize, english, speed).read(text)
+    document = Reader(normalize, english, speed, alphabet).read(text)
     if not any(s.text for s in document.segments):
         raise InvalidRequest("SSML: the document has nothing to say")
     return document

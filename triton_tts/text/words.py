@@ -19,6 +19,7 @@ Pure Python, no espeak here: the callers pass the phonemes (triton_tts/text/read
 
 from __future__ import annotations
 
+import bisect
 import difflib
 import re
 import unicodedata
@@ -29,6 +30,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from triton_tts.text.marks import CLOSE, MARKS, OPEN, SPACE
+
 NO_WORD = -1  # an id or letter that belongs to no word (framing, punctuation, spaces)
 _PHONEME_WORD = re.compile(r"\S+")
 
@@ -36,6 +39,52 @@ _PHONEME_WORD = re.compile(r"\S+")
 def tokens(text: str) -> list[str]:
     """A text's words: what whitespace separates."""
     return text.split()
+
+
+# Chinese text has no spaces between words: its units are characters, Latin words and
+# numbers (each one unit), and marked pronunciations (triton_tts/text/pronounce.py).
+_CHINESE_UNIT = re.compile(
+    rf"{OPEN}[^{MARKS}]*(?:{SPACE}[^{MARKS}]*)*{CLOSE}|[A-Za-z0-9]+(?:['’.,:/-][A-Za-z0-9]+)*|[^\s{MARKS}]"
+)
+
+
+def unit_spans(text: str, chinese: bool) -> list[tuple[int, int]]:
+    """The [start, end) of each of ``text``'s units: its words (:func:`tokens`) or, for
+    Chinese, each character, Latin word, number and marked pronunciation."""
+    pattern = _CHINESE_UNIT if chinese else _PHONEME_WORD
+    return [m.span() for m in pattern.finditer(text)]
+
+
+def units(text: str, chinese: bool = False) -> list[str]:
+    """What word timestamps are followed through normalisation in (:func:`unit_spans`)."""
+    return [text[a:b] for a, b in unit_spans(text, chinese)]
+
+
+def word_groups(written: str, spoken: Sequence[str], chinese: bool) -> list[tuple[str, range]]:
+    """The words of ``written`` with the range of ``spoken`` units each became: for most
+    languages :func:`written_groups` of its whitespace words; for Chinese, jieba's words
+    (triton_tts.text.chinese.segment), each spanning the units its characters became, so
+    that "¥12.50" is one word said as "十二元五角" (a rewrite that crosses words joins them)."""
+    if not chinese:
+        return written_groups(tokens(written), spoken)
+    from triton_tts.text.chinese import segment
+
+    spans = unit_spans(written, True)
+    words = segment(written)
+    ends = [end for _, end in words]
+
+    def word_of(offset: int) -> int:
+        return min(bisect.bisect_right(ends, offset), len(words) - 1)
+
+    merged: list[tuple[int, int, range]] = []  # first word, last word, spoken units
+    for said, span in aligned_ranges([written[a:b] for a, b in spans], spoken):
+        first, last = word_of(spans[said.start][0]), word_of(spans[said.stop - 1][1] - 1)
+        if merged and first <= merged[-1][1]:
+            a, b, s = merged[-1]
+            merged[-1] = (a, max(b, last), range(s.start, max(s.stop, span.stop)))
+        else:
+            merged.append((first, last, span))
+    return [(written[words[a][0] : words[b][1]], span) for a, b, span in merged]
 
 
 def aligned_ranges(written: Sequence[str], spoken: Sequence[str]) -> list[tuple[range, range]]:
@@ -226,14 +275,22 @@ class WordClock:
     ensemble timed (its own tokens, or pieces of them when a chunk was said in halves) with
     [start, end] seconds from the chunk's start. :meth:`add` returns the written words now
     complete, timed from the start of the whole audio; a word whose spoken words run into
-    a later chunk waits for it."""
+    a later chunk waits for it.
 
-    def __init__(self, written: Sequence[str], chunks: Sequence[str]) -> None:
-        self._chunk_tokens = [tokens(c) for c in chunks]
+    A chunk's Chinese words are cut from its normalised text, which jieba may cut
+    differently from the text as written ("2024年" said "二零二四年", timed as "二零二", "四年"):
+    written words that share one timed word are returned as one, never with a time that
+    was not measured."""
+
+    def __init__(self, written: str, chunks: Sequence[str], chinese: bool = False) -> None:
+        self._chinese = chinese
+        self._chunk_tokens = [units(c, chinese) for c in chunks]
         self._starts = np.cumsum([0, *(len(t) for t in self._chunk_tokens)])
         spoken = [t for chunk in self._chunk_tokens for t in chunk]
-        self._groups = written_groups(written, spoken)
+        self._groups = word_groups(written, spoken, chinese)
         self._times = np.full((len(spoken), 2), np.nan)
+        self._word = np.full(len(spoken), -1, dtype=np.int64)  # each unit's timed word (numbered)
+        self._timed_words = 0
         self._done = 0  # chunks added
         self._next = 0  # the first group not yet returned
         self._offset_s = 0.0
@@ -246,22 +303,47 @@ class WordClock:
         base = int(self._starts[self._done])
         chunk_tokens = self._chunk_tokens[self._done]
         times = np.asarray(times, dtype=np.float64).reshape(-1, 2)
-        for said, span in aligned_ranges(chunk_tokens, list(words)[: len(times)]):
+        # Each timed word's units, with its time: they align with the chunk's units.
+        pieces = [
+            (u, row, self._timed_words + k)
+            for k, (word, row) in enumerate(zip(words, times, strict=False))
+            for u in units(word, self._chinese)
+        ]
+        times = np.array([row for _, row, _ in pieces]).reshape(-1, 2)
+        for said, span in aligned_ranges(chunk_tokens, [u for u, _, _ in pieces]):
             rows = times[span.start : span.stop]
             if len(rows):
                 row = (rows[:, 0].min() + self._offset_s, rows[:, 1].max() + self._offset_s)
                 self._times[base + said.start : base + said.stop] = row
+                self._word[base + said.start : base + said.stop] = pieces[span.start][2]
+        self._timed_words += len(words)
         self._done += 1
         self._offset_s += duration_s
         return self._ready(int(self._starts[self._done]))
 
+    def _shares_a_timed_word(self, first: range, then: range, known: int) -> bool:
+        """Whether two neighbouring groups' units were timed as one word (a group that
+        starts in a chunk not yet added shares none: a timed word is one chunk's)."""
+        if not self._chinese or then.start >= known:
+            return False
+        word = self._word[first.stop - 1]
+        return bool(word >= 0 and word == self._word[then.start])
+
     def _ready(self, known: int) -> list[Word]:
         ready = []
-        while self._next < len(self._groups) and self._groups[self._next][1].stop <= known:
-            text, span = self._groups[self._next]
-            rows = self._times[span.start : span.stop]
+        groups = self._groups
+        while self._next < len(groups):
+            last = self._next
+            while last + 1 < len(groups) and self._shares_a_timed_word(
+                groups[last][1], groups[last + 1][1], known
+            ):
+                last += 1
+            if groups[last][1].stop > known:
+                break
+            text = ("" if self._chinese else " ").join(t for t, _ in groups[self._next : last + 1])
+            rows = self._times[groups[self._next][1].start : groups[last][1].stop]
             timed = rows[~np.isnan(rows[:, 0])]
             if len(timed):
                 ready.append(Word(text, float(timed[:, 0].min()), float(timed[:, 1].max())))
-            self._next += 1
+            self._next = last + 1
         return ready

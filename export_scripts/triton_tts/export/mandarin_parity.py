@@ -83,7 +83,7 @@ def _interpreter(path: Path) -> Any:
 @dataclass(frozen=True)
 class Acoustic:
     mel: FloatArray  # [1, F, 80]
-    durations: IntArray | None  # [1, T]; None from the contract graph
+    durations: IntArray | None  # [1, T] frames per id
 
 
 def dropout_masks(length: int, noise_scale: float, rng: np.random.Generator) -> dict[str, FloatArray]:
@@ -145,8 +145,8 @@ def run_inner_acoustic(session: Any, feed: dict[str, Any]) -> Acoustic:
 def run_contract_acoustic(
     session: Any, ids: Sequence[int], noise_scale: float, length_scale: float
 ) -> Acoustic:
-    latent, frames = session.run(
-        ["LATENT", "FRAME_COUNT"],
+    latent, frames, durations = session.run(
+        ["LATENT", "FRAME_COUNT", "DURATIONS"],
         {
             "PHONEME_IDS": np.array([ids], np.int64),
             "PHONEME_LENGTH": np.array([len(ids)], np.int64),
@@ -155,7 +155,12 @@ def run_contract_acoustic(
     )
     if int(frames[0]) != latent.shape[2]:
         raise ExportRefused(f"FRAME_COUNT {int(frames[0])} != LATENT frames {latent.shape[2]}")
-    return Acoustic(np.ascontiguousarray(latent.transpose(0, 2, 1)), None)
+    if durations.shape != (1, len(ids)) or int(durations.sum()) != latent.shape[2]:
+        raise ExportRefused(
+            f"DURATIONS {durations.shape} summing to {int(durations.sum())}: expected one per id "
+            f"({len(ids)}) summing to the {latent.shape[2]} frames"
+        )
+    return Acoustic(np.ascontiguousarray(latent.transpose(0, 2, 1)), np.rint(durations).astype(np.int64))
 
 
 def vocoder_snr_db(reference: FloatArray, candidate: FloatArray) -> float:
@@ -269,9 +274,9 @@ def measure_parity(folder: Path, work: Path) -> dict[str, Any]:
         log.info("parity: %d ids, %d frames: %s", len(ids), frames, text)
 
     acoustic = {
-        "eval_contract_vs_float_tflite": eval_run.report(durations=False),
+        "eval_contract_vs_float_tflite": eval_run.report(durations=True),
         f"eval_length_scale_{PARITY_LENGTH_SCALE}_contract_vs_float_tflite": slower_run.report(
-            durations=False
+            durations=True
         ),
         "fixed_random_mask_inner_vs_float_tflite": masked_run.report(durations=True),
         "report_only_fixed_random_mask_inner_vs_stock_hybrid_tflite": stock_run.report(durations=True),
@@ -279,8 +284,8 @@ def measure_parity(folder: Path, work: Path) -> dict[str, Any]:
     failures = [
         name
         for name, run, durations in (
-            ("eval", eval_run, False),
-            ("eval, slower", slower_run, False),
+            ("eval", eval_run, True),
+            ("eval, slower", slower_run, True),
             ("fixed random mask", masked_run, True),
         )
         if not run.exact_lengths(durations) or run.max_abs_diff > MAX_MEL_ABS_DIFF

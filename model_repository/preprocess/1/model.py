@@ -27,9 +27,8 @@ from triton_tts.errors import RequestErrors, request_id
 from triton_tts.internal import Gate
 from triton_tts.limits import ChunkLimits
 from triton_tts.request_options import read_options, read_text
-from triton_tts.text.pronounce import MARKS
+from triton_tts.text.marks import MARKS
 from triton_tts.text.reader import Reading, TextReader
-from triton_tts.text.words import tokens, written_groups
 from triton_tts.validation import MAX_TEXT_CHARS, InvalidRequest, NothingToSay, check_timestamps
 from triton_tts.voice import Voice
 
@@ -78,7 +77,7 @@ class TritonPythonModel:
         groups = None
         if options.timestamps:
             check_timestamps(v.name, self.timed)
-            groups = written_groups(tokens(text), tokens(spoken))
+            groups = self.reader.word_groups(text, spoken)
         return spoken, _Accepted(index, rid, scales, options.speaker_id or 0, speed, groups)
 
     def execute(self, requests: list[Any]) -> list[Any]:

@@ -16,7 +16,7 @@ from torch.nn import functional
 
 from triton_tts.export.coqui.loading import Loaded
 from triton_tts.export.coqui.masks import alignment_path, sequence_mask
-from triton_tts.export.coqui.mel_acoustic import MelAcoustic, edge_pad
+from triton_tts.export.coqui.mel_acoustic import MelAcoustic, edge_pad, lead_in
 from triton_tts.export.coqui.mel_vocoder import mel_vocoder
 from triton_tts.export.coqui.onnx_export import Stages
 
@@ -85,7 +85,7 @@ class ForwardTTSAcoustic(MelAcoustic):
 
     def forward(
         self, ids: torch.Tensor, lengths: torch.Tensor, scales: torch.Tensor, speaker_id: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         model = self.model
         length_scale = scales[:, 1].view(-1, 1, 1)
         x_mask = sequence_mask(lengths, ids.shape[1]).unsqueeze(1).to(torch.float32)
@@ -109,7 +109,7 @@ class ForwardTTSAcoustic(MelAcoustic):
         decoder = model.decoder.decoder
         o_de = fft_block(decoder.transformer_block, o_en_ex, y_mask_f) * y_mask_f
         mel = decoder.postnet(o_de) * y_mask_f
-        return edge_pad(mel, frames, self.edge_frames)
+        return (*edge_pad(mel, frames, self.edge_frames), lead_in(durations, self.edge_frames))
 
 
 def stages(loaded: Loaded) -> Stages:

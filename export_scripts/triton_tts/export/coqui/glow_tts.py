@@ -7,7 +7,7 @@ from torch.nn import functional
 
 from triton_tts.export.coqui.loading import Loaded
 from triton_tts.export.coqui.masks import alignment_path, sequence_mask
-from triton_tts.export.coqui.mel_acoustic import MelAcoustic, edge_pad
+from triton_tts.export.coqui.mel_acoustic import MelAcoustic, edge_pad, lead_in
 from triton_tts.export.coqui.mel_vocoder import mel_vocoder
 from triton_tts.export.coqui.onnx_export import Stages
 
@@ -24,7 +24,7 @@ class GlowTTSAcoustic(MelAcoustic):
 
     def forward(
         self, ids: torch.Tensor, lengths: torch.Tensor, scales: torch.Tensor, speaker_id: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         model = self.model
         noise_scale, length_scale = scales[:, 0].view(-1, 1, 1), scales[:, 1].view(-1, 1, 1)
         g = functional.normalize(model.emb_g(speaker_id)).unsqueeze(-1) if hasattr(model, "emb_g") else None
@@ -42,7 +42,8 @@ class GlowTTSAcoustic(MelAcoustic):
         squeeze = int(model.decoder.num_squeeze)
         frames = torch.div(y_lengths, squeeze, rounding_mode="floor") * squeeze
         mel = y * sequence_mask(frames, y.shape[-1]).unsqueeze(1).to(y.dtype)
-        return edge_pad(mel, frames, self.edge_frames)
+        durations = lead_in(w_ceil.squeeze(1), self.edge_frames)  # an odd last frame dropped: clipped
+        return (*edge_pad(mel, frames, self.edge_frames), durations)
 
 
 def stages(loaded: Loaded) -> Stages:

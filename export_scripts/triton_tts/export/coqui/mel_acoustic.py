@@ -31,6 +31,13 @@ def edge_pad(mel: torch.Tensor, frames: torch.Tensor, edge: int) -> tuple[torch.
     return pad_frames(gathered * keep), count
 
 
+def lead_in(durations: torch.Tensor, edge: int) -> torch.Tensor:
+    """Frames per id [B, T] with the ``edge`` frames :func:`edge_pad` puts before an item's
+    first frame counted in its first id (a framing id, or the first sound repeated), so
+    that word times start where the waveform says the words."""
+    return torch.cat([durations[:, :1] + edge, durations[:, 1:]], dim=1)
+
+
 class MelAcoustic(nn.Module):
     """The model, the vocoder's edge frames (see :func:`edge_pad`), and speaker
     conditioning by id only."""

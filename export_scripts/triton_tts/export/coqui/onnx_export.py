@@ -21,7 +21,7 @@ from triton_tts.voice import ACOUSTIC_FILE, VOCODER_FILE, Voice
 
 OPSET = 17
 ACOUSTIC_INPUTS = ["PHONEME_IDS", "PHONEME_LENGTH", "SCALES", "SPEAKER_ID"]
-ACOUSTIC_OUTPUTS = ["LATENT", "FRAME_COUNT"]
+ACOUSTIC_OUTPUTS = ["LATENT", "FRAME_COUNT", "DURATIONS"]  # DURATIONS: frames per id
 ACOUSTIC_AXES = {
     "PHONEME_IDS": {0: "batch", 1: "phonemes"},
     "PHONEME_LENGTH": {0: "batch"},
@@ -29,6 +29,7 @@ ACOUSTIC_AXES = {
     "SPEAKER_ID": {0: "batch"},
     "LATENT": {0: "batch", 2: "frames"},
     "FRAME_COUNT": {0: "batch"},
+    "DURATIONS": {0: "batch", 1: "phonemes"},
 }
 VOCODER_AXES = {
     "LATENT": {0: "batch", 2: "frames"},
@@ -38,7 +39,7 @@ VOCODER_AXES = {
 
 
 class Stages(NamedTuple):
-    """A one-graph family's two wrappers: PHONEME_IDS... -> LATENT, FRAME_COUNT and
+    """A one-graph family's two wrappers: PHONEME_IDS... -> LATENT, FRAME_COUNT, DURATIONS and
     LATENT (+ SPEAKER_ID when ``speaker_vocoder``) -> WAVEFORM."""
 
     acoustic: nn.Module
@@ -92,7 +93,7 @@ def export_stages(stages: Stages, out: Path, voice: Voice) -> Voice:
     cap_frames(capped, frame_budget(voice.sample_rate, voice.hop_length))
     onnx.save(capped, str(out / ACOUSTIC_FILE))
     with torch.no_grad():
-        latent, _ = acoustic(*example)
+        latent = acoustic(*example)[0]
     vocoder_args: tuple[Any, ...] = (latent, example[3]) if speaker_vocoder else (latent,)
     vocoder_inputs = ["LATENT", "SPEAKER_ID"] if speaker_vocoder else ["LATENT"]
     export_module(vocoder, vocoder_args, out / VOCODER_FILE, vocoder_inputs, ["WAVEFORM"], VOCODER_AXES)

@@ -15,7 +15,8 @@ from triton_tts.export.coqui.padding_safe import PaddingSafe
 
 
 class VitsAcoustic(nn.Module):
-    """Text encoder + duration predictor + flow (reverse) -> masked latent, frame counts."""
+    """Text encoder + duration predictor + flow (reverse) -> masked latent, frame counts,
+    frames per id (``w_ceil``: word timestamps)."""
 
     def __init__(self, vits: Any) -> None:
         super().__init__()
@@ -29,7 +30,7 @@ class VitsAcoustic(nn.Module):
 
     def forward(
         self, ids: torch.Tensor, lengths: torch.Tensor, scales: torch.Tensor, speaker_id: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         vits = self.vits
         g = self.speaker_embedding(speaker_id)
         noise_scale, length_scale, noise_w = (scales[:, i].view(-1, 1, 1) for i in range(3))
@@ -48,7 +49,7 @@ class VitsAcoustic(nn.Module):
         z_p = m_p + torch.randn_like(m_p) * torch.exp(logs_p) * noise_scale
         y_mask_f = y_mask.unsqueeze(1).to(z_p.dtype)
         z = vits.flow(z_p, y_mask_f, g=g, reverse=True)
-        return pad_frames(z * y_mask_f), frame_count
+        return pad_frames(z * y_mask_f), frame_count, w_ceil.squeeze(1)
 
 
 class VitsVocoder(nn.Module):
