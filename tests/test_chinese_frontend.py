@@ -328,3 +328,26 @@ def test_a_syllable_the_voice_lacks_says_nothing() -> None:
     from triton_tts.text.chinese import baker_symbols
 
     assert baker_symbols(["xyz1", "hao3"], BAKER_SYLLABLES) == ["h", "ao3"]
+
+
+def test_given_pinyin_takes_tone_numbers_and_marks() -> None:
+    from triton_tts.text.chinese import given_pinyin
+
+    assert given_pinyin("yín háng") == given_pinyin("yin2 hang2") == ["yin2", "hang2"]
+    assert given_pinyin("lü4 lv4 lu:4 ma") == ["lv4", "lv4", "lv4", "ma5"]
+    assert given_pinyin("kʰæt") is None and given_pinyin("") is None
+
+
+def test_pinyin_spans_say_where_each_syllable_is_written() -> None:
+    from triton_tts.text.chinese import pinyin_spans
+    from triton_tts.text.pronounce import mark
+
+    text = "我去" + mark("bei3 jing1") + "了。"
+    assert pinyin_spans(text) == [
+        ("wo3", 0),
+        ("qu4", 1),
+        ("bei3", 2),
+        ("jing1", 2),
+        ("le5", len(text) - 2),
+        (".", len(text) - 1),
+    ]

@@ -6,6 +6,7 @@ the audio the server returns must equal Coqui's own PyTorch inference on the sam
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -217,7 +218,7 @@ def test_coqui_voices_time_their_words(multi_server: TritonServer, name: str) ->
         assert 0.0 <= word.start < word.end <= (following.start if following else duration) + 1e-6
     # A stream cuts its first chunk shorter, so its times differ a little; its words do not.
     assert [w.word for w in streamed] == [w.word for w in result.words]
-    assert all(a.end <= b.start + 1e-6 for a, b in zip(streamed, streamed[1:], strict=False))
+    assert all(a.end <= b.start + 1e-6 for a, b in itertools.pairwise(streamed))
 
 
 def test_timestamps_are_refused_by_name_where_a_voice_has_none(multi_server: TritonServer) -> None:

@@ -9,10 +9,13 @@ import pytest
 from triton_tts.text.normalize import normalize_english
 from triton_tts.text.words import (
     NO_WORD,
+    Word,
     WordClock,
     letter_owners,
     phoneme_owners,
     tokens,
+    units,
+    word_groups,
     word_times,
     written_groups,
 )
@@ -88,3 +91,32 @@ def test_the_clock_follows_a_chunk_said_in_halves() -> None:
     clock = WordClock("Supercalifragilistic.", ["Supercalifragilistic."])
     words = clock.add(["Supercali", "fragilistic."], np.array([[0.0, 0.4], [0.45, 0.9]]), 1.0)
     assert [(w.text, w.start, w.end) for w in words] == [("Supercalifragilistic.", 0.0, 0.9)]
+
+
+def test_chinese_words_are_jiebas_each_spanning_what_it_became() -> None:
+    from triton_tts.text.chinese import normalize_chinese
+
+    written = "我在2024年花了¥12.50买书。"
+    spoken = units(normalize_chinese(written), chinese=True)
+    groups = word_groups(written, spoken, chinese=True)
+    assert [text for text, _ in groups] == ["我", "在", "2024", "年", "花", "了", "¥12.50", "买", "书", "。"]
+    money = dict(groups)["¥12.50"]
+    assert "".join(spoken[money.start : money.stop]) == "十二元五角"
+    assert [i for _, span in groups for i in span] == list(range(len(spoken)))
+
+
+def test_the_clock_joins_chinese_words_that_were_timed_as_one() -> None:
+    """The chunk was cut 二零二 | 四年 from its normalised text: the written "2024" and "年"
+    share the timed word 四年, so they come back as one word, with only measured times."""
+    clock = WordClock("我在2024年。", ["我在二零二四年。"], chinese=True)
+    words = ["我", "在", "二零二", "四年"]
+    times = np.array([[0.0, 0.1], [0.1, 0.2], [0.2, 0.6], [0.6, 0.9]])
+    assert clock.add(words, times, 1.0) == [
+        Word("我", 0.0, 0.1),
+        Word("在", 0.1, 0.2),
+        Word("2024年", 0.2, 0.9),
+    ]
+    # Cut the same way as written, each word stays its own.
+    clock = WordClock("我在2024年。", ["我在二零二四年。"], chinese=True)
+    timed = clock.add(["我", "在", "二零二四", "年"], times, 1.0)
+    assert [w.text for w in timed] == ["我", "在", "2024", "年"]
