@@ -41,7 +41,8 @@ from triton_tts.errors import RequestErrors
 from triton_tts.limits import TOO_LONG, ChunkLimits, chunk_scale
 from triton_tts.loopback import Loopback, LoopbackFailed, Unreachable
 from triton_tts.pacing import Pacer
-from triton_tts.request_options import RequestOptions, read_options, read_text
+from triton_tts.request_options import read_options, read_text
+from triton_tts.shaping import ChunkShape, ssml_chunks
 from triton_tts.text import ssml
 from triton_tts.text.frontend import is_chinese, normalizer
 from triton_tts.text.pronounce import Lexicon, check_pinyin, check_pronunciations
@@ -134,29 +135,6 @@ class LongTextRequest:
         if self.shape is None or not rate:
             return samples
         return self.shape.apply(index, samples, rate)
-
-
-@dataclass(frozen=True)
-class ChunkShape:
-    """What SSML sets per chunk: the SPEED it is said at, a gain in dB (None: silent), the
-    seconds of silence after it, and before the first chunk."""
-
-    speeds: list[float]
-    gains_db: list[float | None]
-    pauses_s: list[float]
-    lead_s: float = 0.0
-
-    def apply(self, index: int, samples: npt.NDArray[np.float32], rate: int) -> npt.NDArray[np.float32]:
-        gain = self.gains_db[index]
-        if gain is None:
-            samples = np.zeros_like(samples)
-        elif gain:
-            samples = np.clip(samples * np.float32(10 ** (gain / 20)), -1.0, 1.0).astype(np.float32)
-        before = round((self.lead_s if index == 0 else 0.0) * rate)
-        after = round(self.pauses_s[index] * rate)
-        if not before and not after:
-            return samples
-        return np.concatenate([np.zeros(before, np.float32), samples, np.zeros(after, np.float32)])
 
 
 CHINESE_CHARS_SCALE = 0.25  # 400 -> 100 characters, about 20 s of Mandarin
@@ -258,7 +236,13 @@ def read_request(
             else ""
         )
         document = ssml.read(text, normalize, not is_chinese(voice.language), options.speed or 1.0, alphabet)
-        chunks, shape = _ssml_chunks(document, settings, voice, options, says_something, first_scale)
+        speed = options.speed or 1.0
+
+        def plan_at(rate: float) -> ChunkPlan:
+            scale = chars_scale(voice) * chunk_scale(limits, speed * rate, options.noise_w)
+            return settings.plan.scaled(scale)
+
+        chunks, shape = ssml_chunks(document, plan_at, speed, says_something, first_scale)
         written = document.written
     else:
         spoken = normalize(text)
@@ -306,43 +290,6 @@ def read_request(
         chinese=is_chinese(voice.language),
         shape=shape,
     )
-
-
-def _ssml_chunks(
-    document: ssml.Document,
-    settings: LongTextSettings,
-    voice: VoiceInfo,
-    options: RequestOptions,
-    says_something: Callable[[str], bool],
-    first_scale: float,
-) -> tuple[list[str], ChunkShape]:
-    """An SSML document's chunks: each segment cut on its own (no chunk spans an element
-    boundary of rate, volume or break), with its speed, gain and the silence after it."""
-    limits = settings.limits[voice.name]
-    chunks: list[str] = []
-    speeds: list[float] = []
-    gains: list[float | None] = []
-    pauses: list[float] = []
-    lead = document.lead_s
-    for segment in document.segments:
-        speed = (options.speed or 1.0) * segment.rate
-        pieces: list[str] = []
-        if says_something(segment.text):
-            plan = settings.plan.scaled(chars_scale(voice) * chunk_scale(limits, speed, options.noise_w))
-            if not chunks:
-                plan = plan.first_shorter(first_scale)
-            pieces = [chunk for chunk in split_text(segment.text, plan) if says_something(chunk)]
-        if not pieces:  # silence only: after what came before (or before the first chunk)
-            if pauses:
-                pauses[-1] += segment.pause_s
-            else:
-                lead += segment.pause_s
-            continue
-        chunks += pieces
-        speeds += [speed] * len(pieces)
-        gains += [segment.gain_db] * len(pieces)
-        pauses += [0.0] * (len(pieces) - 1) + [segment.pause_s]
-    return chunks, ChunkShape(speeds, gains, pauses, lead)
 
 
 CALLER_PARAMETER = "caller"  # request parameter naming who sends it (admission's shares)
