@@ -40,6 +40,17 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
+async def _each(
+    first: AudioChunk, rest: AsyncGenerator[AudioChunk, None]
+) -> AsyncGenerator[AudioChunk, None]:
+    """The synthesis's chunks, the first already received; the rest closed however it ends."""
+    async with aclosing(rest):
+        chunk: AudioChunk | None = first
+        while chunk is not None:
+            yield chunk
+            chunk = await anext(rest, None)
+
+
 async def whole(
     first: AudioChunk,
     rest: AsyncGenerator[AudioChunk, None],
@@ -51,14 +62,12 @@ async def whole(
     pieces: list[bytes] = []
     words: list[WordTime] = []
     seconds = 0.0
-    async with aclosing(rest):
-        chunk: AudioChunk | None = first
+    async with aclosing(_each(first, rest)) as chunks:
         try:
-            while chunk is not None:
+            async for chunk in chunks:
                 pieces.append(encoder.encode(chunk.audio))
                 words += chunk.words
                 seconds += len(chunk.audio) / chunk.sample_rate
-                chunk = await anext(rest, None)
         except TTSError as err:
             raise from_tts_error(err, settings) from None
     pieces.append(encoder.finish())
@@ -85,16 +94,14 @@ async def lines(
         return json.dumps(value, ensure_ascii=False).encode("utf-8") + b"\n"
 
     chunks, seconds, words = 0, 0.0, 0
-    async with aclosing(rest):
-        chunk: AudioChunk | None = first
+    async with aclosing(_each(first, rest)) as each:
         try:
-            while chunk is not None:
+            async for chunk in each:
                 data = encoder.encode(chunk.audio)
                 chunk_seconds = len(chunk.audio) / chunk.sample_rate
                 chunks, seconds, words = chunks + 1, seconds + chunk_seconds, words + len(chunk.words)
                 synthesis.audio_sent(chunk_seconds)
                 yield line({"audio": _b64(data), "words": word_list(chunk.words)})
-                chunk = await anext(rest, None)
         except TTSError as err:
             error = from_tts_error(err, settings)
             synthesis.error_code = error.code
