@@ -57,13 +57,35 @@ def coqui_voices(tmp_path_factory: pytest.TempPathFactory) -> list[CoquiVoice]:
     return voices
 
 
+OLD_EXPORT = "coqui-old"
+
+
+def _old_export(voice: CoquiVoice, folder: Path) -> Path:
+    """The VITS voice as exported before DURATIONS (word timestamps) existed, named apart."""
+    import json
+    import shutil
+
+    import onnx
+
+    shutil.copytree(voice.folder, folder)
+    description = json.loads((folder / "voice.json").read_text())
+    (folder / "voice.json").write_text(json.dumps({**description, "name": OLD_EXPORT}))
+    acoustic = onnx.load(str(folder / "acoustic.onnx"))
+    kept = [o for o in acoustic.graph.output if o.name != "DURATIONS"]
+    del acoustic.graph.output[:]
+    acoustic.graph.output.extend(kept)
+    onnx.save(acoustic, str(folder / "acoustic.onnx"))
+    return folder
+
+
 @pytest.fixture(scope="module")
 def multi_server(
     voice_dir: Path, coqui_voices: list[CoquiVoice], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[TritonServer]:
     repo = tmp_path_factory.mktemp("multi") / "model_repository"
     log_file = tmp_path_factory.mktemp("logs") / "tritonserver-multi.log"
-    folders = [voice_dir, *(v.folder for v in coqui_voices)]
+    old = _old_export(coqui_voices[0], tmp_path_factory.mktemp("old") / OLD_EXPORT)
+    folders = [voice_dir, *(v.folder for v in coqui_voices), old]
     with default_voice_server(repo, log_file, voice_dir=folders) as running:
         yield running
 
@@ -78,7 +100,7 @@ def client(multi_server: TritonServer) -> Iterator[httpclient.InferenceServerCli
 def test_voices_are_listed_default_first(multi_server: TritonServer, coqui_voices: list[CoquiVoice]) -> None:
     with TTSClient(multi_server.http_url) as tts:
         listed = tts.voices()
-    assert [v.name for v in listed] == ["joe", *(v.name for v in coqui_voices)]
+    assert [v.name for v in listed] == ["joe", *(v.name for v in coqui_voices), OLD_EXPORT]
     vctk = listed[1]
     assert vctk.speakers == {"speaker_0": 0, "speaker_1": 1, "speaker_2": 2}
     assert vctk.sample_rate == coqui_voices[0].loaded.tts.ap.sample_rate
@@ -194,13 +216,11 @@ def test_a_voice_without_padding_masks_leaves_no_unpadded_vocoder_behind(
     assert not unpadded.exists()
 
 
-TACOTRON = "coqui-tacotron2"
-
-
-@pytest.mark.parametrize("name", [v[0] for v in VOICES if v[0] != TACOTRON])
+@pytest.mark.parametrize("name", [v[0] for v in VOICES])
 def test_coqui_voices_time_their_words(multi_server: TritonServer, name: str) -> None:
     """VITS, FastPitch, FastSpeech2 and Glow-TTS exports say their frames per id
-    (DURATIONS): every written word, in order, within the audio, through tts and a stream."""
+    (DURATIONS), Tacotron2's acoustic stage reads them off its attention: every written
+    word, in order, within the audio, through tts and a stream."""
     from triton_tts.client import TTSClient
 
     text = "Hello world, it costs $3.50 today."
@@ -214,18 +234,20 @@ def test_coqui_voices_time_their_words(multi_server: TritonServer, name: str) ->
         ]
     duration = result.audio.size / result.sample_rate
     assert [w.word for w in result.words] == ["Hello", "world,", "it", "costs", "$3.50", "today."]
+    # A random-weight Tacotron2's attention may pass over a word within one step: such a
+    # word starts where it ends. Every other family gives each id at least a frame.
+    taken = 0.0 if name == "coqui-tacotron2" else 1e-6
     for word, following in zip(result.words, [*result.words[1:], None], strict=True):
-        assert 0.0 <= word.start < word.end <= (following.start if following else duration) + 1e-6
+        assert 0.0 <= word.start <= word.end - taken <= (following.start if following else duration) + 1e-6
     # A stream cuts its first chunk shorter, so its times differ a little; its words do not.
     assert [w.word for w in streamed] == [w.word for w in result.words]
     assert all(a.end <= b.start + 1e-6 for a, b in itertools.pairwise(streamed))
 
 
 def test_timestamps_are_refused_by_name_where_a_voice_has_none(multi_server: TritonServer) -> None:
-    """The Tacotron2 voice has no DURATIONS (its attention is not exported as durations):
-    its listing says so, and asking for timestamps (the client, the gateway's captioned
-    speech) is the caller's error naming the voice; joe on the same server still times its
-    words."""
+    """A voice exported before DURATIONS existed has no word timestamps: its listing says
+    so, and asking for timestamps (the client, the gateway's captioned speech) is the
+    caller's error naming the voice; joe on the same server still times its words."""
     import json
     import urllib.error
     import urllib.request
@@ -235,13 +257,13 @@ def test_timestamps_are_refused_by_name_where_a_voice_has_none(multi_server: Tri
 
     with TTSClient(multi_server.http_url) as client:
         voices = {v.name: v for v in client.voices()}
-        assert voices[TACOTRON].timestamps is False and voices["joe"].timestamps is True
-        with pytest.raises(RequestRejected, match=f"voice '{TACOTRON}' has no word timestamps"):
-            client.synthesize("Hello.", voice=TACOTRON, timestamps=True)
+        assert voices[OLD_EXPORT].timestamps is False and voices["joe"].timestamps is True
+        with pytest.raises(RequestRejected, match=f"voice '{OLD_EXPORT}' has no word timestamps"):
+            client.synthesize("Hello.", voice=OLD_EXPORT, timestamps=True)
         timed = client.synthesize("Still timed.", timestamps=True).words
         assert [w.word for w in timed] == ["Still", "timed."]
     with running_gateway(multi_server.grpc_url) as base:
-        body = json.dumps({"model": "tts-1", "input": "Hello.", "voice": TACOTRON}).encode()
+        body = json.dumps({"model": "tts-1", "input": "Hello.", "voice": OLD_EXPORT}).encode()
         request = urllib.request.Request(f"{base}/v1/audio/speech/captioned", body, method="POST")
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(request, timeout=120)

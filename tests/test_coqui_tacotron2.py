@@ -126,6 +126,31 @@ def test_mel_matches_coqui(exported: Exported) -> None:
     assert float(np.abs(mel - reference).max()) < PARITY
 
 
+def test_durations_are_coquis_alignment_argmax(exported: Exported) -> None:
+    """Frames per id (word timestamps) read off the attention: each decoder step's r frames
+    go to the id it attends to most, as in Coqui's own alignments; the same in a padded
+    batch; with edge frames, the leading ones count in the first id."""
+    texts = [STOPS, EARLY]
+    ids = [exported.ids(text) for text in texts]
+    r = exported.loaded.tts.decoder.r
+    runner = exported.runner(edge_frames=3)
+    assert runner.has_durations
+    batch = runner.run_timed(ids, [np.zeros(3, np.float32)] * len(ids))
+    for row, result in zip(ids, batch, strict=True):
+        assert not isinstance(result, RunFailed), result
+        _, frames, durations = result
+        assert durations is not None and durations.shape == (len(row),)
+        with torch.no_grad():
+            outputs = exported.loaded.tts.inference(
+                torch.from_numpy(row).unsqueeze(0), aux_input={"x_lengths": torch.tensor([len(row)])}
+            )
+        alignments = outputs["alignments"][0].numpy()  # [steps, ids]
+        reference = np.bincount(alignments.argmax(axis=1), minlength=len(row)) * r
+        reference[0] += 3
+        np.testing.assert_array_equal(durations, reference)
+        assert durations.sum() == frames - 3  # the trailing edge frames belong to no id
+
+
 def test_padded_batch_items_equal_batch_one(exported: Exported) -> None:
     texts = [STOPS, EARLY, NEVER]
     ids = [exported.ids(text) for text in texts]

@@ -99,6 +99,15 @@ def write_warmup_data(repo: Path, voice: Voice, models: VoiceModels) -> None:
         (warm / "SPEAKER_ID").write_bytes(np.zeros(1, np.int64).tobytes())
 
 
+def has_durations(voice: Voice, voice_dir: Path) -> bool:
+    """Whether a voice's acoustic stage says its frames per id (word timestamps)."""
+    if voice.acoustic_kind == "tacotron2":
+        from triton_tts.tacotron import ATTENTION, DECODER_STEP_FILE
+
+        return "NEW_" + ATTENTION in graph_outputs(voice_dir / DECODER_STEP_FILE)
+    return voice.acoustic_kind == "single" and "DURATIONS" in graph_outputs(voice_dir / ACOUSTIC_FILE)
+
+
 def voice_models(voice: Voice, voice_dir: Path, default: bool) -> VoiceModels:
     """What the configs need to know about one voice they serve."""
     acoustic_inputs = graph_inputs(voice_dir / ACOUSTIC_FILE) if voice.acoustic_kind == "single" else set()
@@ -110,9 +119,9 @@ def voice_models(voice: Voice, voice_dir: Path, default: bool) -> VoiceModels:
         tokens=voice.tokens,
         model=chunk_model(voice.name, default),
         chunk_limits=json.loads(calibrate(voice_dir).to_json()),
-        # Durations from the graph (the reader maps every kind of ids to words).
-        timestamps=voice.acoustic_kind == "single"
-        and "DURATIONS" in graph_outputs(voice_dir / ACOUSTIC_FILE),
+        # Durations from the graph, or from Tacotron2's attention (the reader maps every
+        # kind of ids to words).
+        timestamps=has_durations(voice, voice_dir),
     )
     return VoiceModels(
         served=served,

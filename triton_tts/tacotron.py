@@ -46,6 +46,7 @@ ONNX_FILES = (ENCODER_FILE, DECODER_STEP_FILE, POSTNET_FILE)
 # Decoder-step inputs fixed for a run (the encoder's outputs); every other step input
 # except MEMORY is a state, fed back from the step's "NEW_" + name output.
 STATIC_INPUTS = ("ENCODER_OUTPUTS", "PROCESSED_INPUTS", "MASK")
+ATTENTION = "ATTENTION_WEIGHTS"  # the state that is each step's alignment over the ids
 PAD_PARAMETER = "pad_latent_frames"  # config parameter: the latent's frame multiple
 
 
@@ -84,6 +85,9 @@ class Tacotron2Runner:
         }
         self.n_mels = int(step_inputs[[i.name for i in step_inputs].index("MEMORY")].shape[1])
         self.step_outputs = ["FRAMES", "STOP", *("NEW_" + name for name in self.states)]
+        # Each step's attention over the ids: its frames go to the id it attends to most
+        # (word timestamps; the standard way durations are read off a Tacotron alignment).
+        self.has_durations = ATTENTION in self.states
 
     @classmethod
     def from_settings(cls, settings: StageSettings, voice: Voice) -> Tacotron2Runner:
@@ -102,6 +106,15 @@ class Tacotron2Runner:
         scales: Sequence[FloatArray],
         speakers: Sequence[int] | None = None,
     ) -> list[tuple[FloatArray, int] | RunFailed]:
+        """(latent, frames) per item: :meth:`run_timed` without the durations."""
+        return [r if isinstance(r, RunFailed) else r[:2] for r in self.run_timed(ids, scales, speakers)]
+
+    def run_timed(
+        self,
+        ids: Sequence[IntArray],
+        scales: Sequence[FloatArray],
+        speakers: Sequence[int] | None = None,
+    ) -> list[tuple[FloatArray, int, FloatArray | None] | RunFailed]:
         """ids: unpadded id rows; speakers: ids (multi-speaker voices; 0 when None). scales:
         taken for :class:`AcousticRunner`'s interface and ignored (Tacotron2 has no noise,
         and its length comes from the stop token, so a length scale has nothing to act on)."""
@@ -120,8 +133,11 @@ class Tacotron2Runner:
             for i in group:
                 results[i] = RunFailed(f"tacotron2 acoustic model failed: {err}")
             return results
-        for i, mel in zip(group, mels, strict=True):
-            results[i] = self._latent(mel)
+        for i, (mel, durations) in zip(group, mels, strict=True):
+            latent, frames = self._latent(mel)
+            if durations is not None:  # the leading edge frames count in the first id
+                durations[0] += self.edge_frames
+            results[i] = (latent, frames, durations)
         return results
 
     def _latent(self, mel: FloatArray) -> tuple[FloatArray, int]:
@@ -146,19 +162,19 @@ class Tacotron2Runner:
         decode together, so they are done together)."""
         yield from enumerate(self.run(ids, scales, speakers))
 
-    has_durations = False  # attention, not durations: no word timestamps yet
-
     def iter_timed(
         self,
         ids: Sequence[IntArray],
         scales: Sequence[FloatArray],
         speakers: Sequence[int] | None = None,
-    ) -> Iterator[tuple[int, tuple[FloatArray, int, None] | RunFailed]]:
-        """:meth:`iter_run` in :meth:`AcousticRunner.iter_timed`'s form."""
-        for i, result in self.iter_run(ids, scales, speakers):
-            yield i, result if isinstance(result, RunFailed) else (*result, None)
+    ) -> Iterator[tuple[int, tuple[FloatArray, int, FloatArray | None] | RunFailed]]:
+        """:meth:`run_timed` in :meth:`AcousticRunner.iter_timed`'s form: each item's
+        frames per id from its attention (None when the step has no attention state)."""
+        yield from enumerate(self.run_timed(ids, scales, speakers))
 
-    def _mels(self, ids: Sequence[IntArray], speaker_ids: Sequence[int] | None) -> list[FloatArray]:
+    def _mels(
+        self, ids: Sequence[IntArray], speaker_ids: Sequence[int] | None
+    ) -> list[tuple[FloatArray, FloatArray | None]]:
         lengths = np.array([len(row) for row in ids], dtype=np.int64)
         feeds: dict[str, Any] = {
             "PHONEME_IDS": pad_stack([np.asarray(r, dtype=np.int64) for r in ids]),
@@ -167,13 +183,17 @@ class Tacotron2Runner:
         if self.uses_speaker:
             feeds["SPEAKER_ID"] = np.array(speaker_ids or [0] * len(ids), dtype=np.int64)
         static = dict(zip(STATIC_INPUTS, self.encoder.run(list(STATIC_INPUTS), feeds), strict=True))
-        frames = self._decode(static, lengths)
+        frames, durations = self._decode(static, lengths)
         counts = np.array([f.shape[-1] for f in frames], dtype=np.int64)
         post = self.postnet.run(["POSTNET_MEL"], {"MEL": pad_stack(frames), "FRAME_COUNT": counts})[0]
-        return [post[row, :, : counts[row]] for row in range(len(frames))]
+        return [
+            (post[row, :, : counts[row]], durations[row] if self.has_durations else None)
+            for row in range(len(frames))
+        ]
 
-    def _decode(self, static: dict[str, Any], lengths: IntArray) -> list[FloatArray]:
-        """The decoder loop over the batch; each item's frames as [n_mels, steps * r]."""
+    def _decode(self, static: dict[str, Any], lengths: IntArray) -> tuple[list[FloatArray], list[FloatArray]]:
+        """The decoder loop over the batch; each item's frames as [n_mels, steps * r], and
+        its frames per id (each step's r frames to the id its attention weighs most)."""
         batch = len(lengths)
         tokens = int(lengths.max())
         states = {
@@ -183,12 +203,16 @@ class Tacotron2Runner:
         memory = np.zeros((batch, self.n_mels), dtype=np.float32)
         active = np.arange(batch)  # original row of each row still decoding
         outputs: list[list[FloatArray]] = [[] for _ in range(batch)]
+        durations = [np.zeros(int(n), dtype=np.float32) for n in lengths]
         for step in range(self.max_decoder_steps):
             feeds = {"MEMORY": memory, **states, **{name: static[name] for name in self.static}}
             frames, stop, *new_states = self.step.run(self.step_outputs, feeds)
+            states = dict(zip(self.states, new_states, strict=True))
+            attended = states[ATTENTION].argmax(axis=1) if self.has_durations else None
             for row, item in enumerate(active):
                 outputs[item].append(frames[row])
-            states = dict(zip(self.states, new_states, strict=True))
+                if attended is not None:
+                    durations[item][min(int(attended[row]), int(lengths[item]) - 1)] += frames.shape[1]
             memory = np.ascontiguousarray(frames[:, -1, :])
             # Coqui's batch-1 loop ignores the stop token at the first step
             keep = stop <= self.stop_threshold if step > 0 else np.ones(len(active), dtype=bool)
@@ -212,4 +236,4 @@ class Tacotron2Runner:
                 len(active),
                 self.max_decoder_steps,
             )
-        return [np.concatenate(item, axis=0).T for item in outputs]
+        return [np.concatenate(item, axis=0).T for item in outputs], durations
