@@ -54,7 +54,8 @@ class Exported:
     acoustic: ort.InferenceSession
     vocoder: ort.InferenceSession
 
-    def latent(self, items: list[list[int]], scales: list[float] | None = None) -> tuple[Array, Array]:
+    def run(self, names: list[str], items: list[list[int]], scales: list[float] | None = None) -> list[Array]:
+        """The acoustic graph's ``names`` outputs for a padded batch of ``items``."""
         batch = len(items)
         ids = np.zeros((batch, max(map(len, items))), np.int64)
         for i, item in enumerate(items):
@@ -66,9 +67,10 @@ class Exported:
             "SPEAKER_ID": np.zeros(batch, np.int64),
         }
         used = {i.name for i in self.acoustic.get_inputs()}
-        latent, frames = self.acoustic.run(
-            ["LATENT", "FRAME_COUNT"], {k: v for k, v in feed.items() if k in used}
-        )
+        return list(self.acoustic.run(names, {k: v for k, v in feed.items() if k in used}))
+
+    def latent(self, items: list[list[int]], scales: list[float] | None = None) -> tuple[Array, Array]:
+        latent, frames = self.run(["LATENT", "FRAME_COUNT"], items, scales)
         return latent, frames
 
     def waveforms(self, items: list[list[int]], scales: list[float] | None = None) -> list[Array]:
@@ -181,19 +183,7 @@ def test_durations_are_coquis_with_the_edge_frames_first(exported: Exported) -> 
     less the trailing edge."""
     items = _ids(exported)
     edge = exported.voice.mel_edge_frames
-    ids = np.zeros((len(items), max(map(len, items))), np.int64)
-    for i, item in enumerate(items):
-        ids[i, : len(item)] = item
-    feed = {
-        "PHONEME_IDS": ids,
-        "PHONEME_LENGTH": np.array([len(item) for item in items], np.int64),
-        "SCALES": np.array([[0.0, 1.0, 0.0]] * len(items), np.float32),
-        "SPEAKER_ID": np.zeros(len(items), np.int64),
-    }
-    used = {i.name for i in exported.acoustic.get_inputs()}
-    durations, frames = exported.acoustic.run(
-        ["DURATIONS", "FRAME_COUNT"], {k: v for k, v in feed.items() if k in used}
-    )
+    durations, frames = exported.run(["DURATIONS", "FRAME_COUNT"], items)
     for i, item in enumerate(items):
         reference = coqui_durations(exported.loaded, item).copy()
         reference[0] += edge

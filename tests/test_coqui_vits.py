@@ -46,14 +46,13 @@ def _sessions(folder: Path) -> tuple[ort.InferenceSession, ort.InferenceSession]
     return acoustic, vocoder
 
 
-def synthesize(
-    folder: Path,
+def acoustic_feeds(
+    acoustic: ort.InferenceSession,
     ids: list[list[int]],
     scales: tuple[float, float, float] = (0.0, 1.0, 0.0),
-    speakers: list[int] | None = None,
-) -> list[npt.NDArray[np.float32]]:
-    """A padded batch through the exported acoustic + vocoder, trimmed per item."""
-    acoustic, vocoder = _sessions(folder)
+    speaker_ids: npt.NDArray[np.int64] | None = None,
+) -> dict[str, Any]:
+    """A padded batch of ``ids`` as the exported acoustic graph's inputs."""
     padded = np.zeros((len(ids), max(map(len, ids))), np.int64)
     for row, item in enumerate(ids):
         padded[row, : len(item)] = item
@@ -62,10 +61,23 @@ def synthesize(
         "PHONEME_LENGTH": np.array([len(i) for i in ids], np.int64),
         "SCALES": np.array([scales] * len(ids), np.float32),
     }
-    speaker_ids = np.array(speakers or [0] * len(ids), np.int64)
     if "SPEAKER_ID" in {i.name for i in acoustic.get_inputs()}:
-        feeds["SPEAKER_ID"] = speaker_ids
-    latent, frames = acoustic.run(["LATENT", "FRAME_COUNT"], feeds)
+        feeds["SPEAKER_ID"] = speaker_ids if speaker_ids is not None else np.zeros(len(ids), np.int64)
+    return feeds
+
+
+def synthesize(
+    folder: Path,
+    ids: list[list[int]],
+    scales: tuple[float, float, float] = (0.0, 1.0, 0.0),
+    speakers: list[int] | None = None,
+) -> list[npt.NDArray[np.float32]]:
+    """A padded batch through the exported acoustic + vocoder, trimmed per item."""
+    acoustic, vocoder = _sessions(folder)
+    speaker_ids = np.array(speakers or [0] * len(ids), np.int64)
+    latent, frames = acoustic.run(
+        ["LATENT", "FRAME_COUNT"], acoustic_feeds(acoustic, ids, scales, speaker_ids)
+    )
     vocoder_feeds: dict[str, Any] = {"LATENT": latent}
     if "SPEAKER_ID" in {i.name for i in vocoder.get_inputs()}:
         vocoder_feeds["SPEAKER_ID"] = speaker_ids
@@ -133,15 +145,7 @@ def test_durations_are_coquis_w_ceil(vits: tuple[Loaded, Path]) -> None:
     loaded, folder = vits
     acoustic, _ = _sessions(folder)
     items = [coqui_ids(loaded, text) for text in TEXTS]
-    padded = np.zeros((len(items), max(map(len, items))), np.int64)
-    for row, item in enumerate(items):
-        padded[row, : len(item)] = item
-    feeds = {
-        "PHONEME_IDS": padded,
-        "PHONEME_LENGTH": np.array([len(i) for i in items], np.int64),
-        "SCALES": np.array([(0.0, 1.0, 0.0)] * len(items), np.float32),
-    }
-    durations, frames = acoustic.run(["DURATIONS", "FRAME_COUNT"], feeds)
+    durations, frames = acoustic.run(["DURATIONS", "FRAME_COUNT"], acoustic_feeds(acoustic, items))
     for row, item in enumerate(items):
         aux = {"x_lengths": torch.tensor([len(item)]), "speaker_ids": None, "d_vectors": None}
         with torch.no_grad():

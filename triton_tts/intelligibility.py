@@ -173,6 +173,11 @@ def _whisper() -> Any:
 
 
 def transcribe_mandarin(audio: npt.NDArray[np.float32], sample_rate: int) -> str:
+    return "".join(segment.text for segment in _whisper_segments(audio, sample_rate, word_timestamps=False))
+
+
+def _whisper_segments(audio: npt.NDArray[np.float32], sample_rate: int, word_timestamps: bool) -> list[Any]:
+    """Whisper's segments of Mandarin ``audio`` (with each word's times when asked)."""
     import soxr
 
     speech = soxr.resample(np.asarray(audio, dtype=np.float32), sample_rate, ASR_SAMPLE_RATE)
@@ -182,10 +187,11 @@ def transcribe_mandarin(audio: npt.NDArray[np.float32], sample_rate: int) -> str
         beam_size=5,
         initial_prompt=WHISPER_PROMPT,
         temperature=0.0,  # no fallback sampling: garbage stays garbage, and quick
-        without_timestamps=True,
+        without_timestamps=not word_timestamps,
+        word_timestamps=word_timestamps,
         condition_on_previous_text=False,
     )
-    return "".join(segment.text for segment in segments)
+    return list(segments)
 
 
 @lru_cache(maxsize=1)
@@ -215,21 +221,9 @@ def mandarin_word_starts(
     for a word no heard word begins with."""
     import difflib
 
-    import soxr
-
-    speech = soxr.resample(np.asarray(audio, dtype=np.float32), sample_rate, ASR_SAMPLE_RATE)
-    segments, _ = _whisper().transcribe(
-        speech.astype(np.float32),
-        language="zh",
-        beam_size=5,
-        initial_prompt=WHISPER_PROMPT,
-        temperature=0.0,
-        word_timestamps=True,
-        condition_on_previous_text=False,
-    )
     heard_text = ""
     heard_starts: list[float | None] = []  # per heard character: its word's start if it begins one
-    for segment in segments:
+    for segment in _whisper_segments(audio, sample_rate, word_timestamps=True):
         for word in segment.words or []:
             characters = hanzi(word.word)
             heard_text += characters
