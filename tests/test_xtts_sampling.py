@@ -6,6 +6,7 @@ ties and repeated ids, across the settings users give."""
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 import torch
 from transformers import (
@@ -18,6 +19,8 @@ from transformers import (
 from triton_tts.xtts.card import Sampling
 from triton_tts.xtts.sampling import PROMPT_PLACEHOLDER, choose, first_seen, penalise, warp
 
+FloatArray = npt.NDArray[np.float32]
+
 pytestmark = pytest.mark.unit
 
 CODES, START = 1026, 1024
@@ -29,7 +32,7 @@ SETTINGS = [
 ]
 
 
-def logits_and_history(seed: int) -> tuple[np.ndarray, list[int]]:
+def logits_and_history(seed: int) -> tuple[FloatArray, list[int]]:
     rng = np.random.default_rng(seed)
     logits = (rng.standard_normal(CODES) * 4).astype(np.float32)
     logits[rng.integers(0, CODES, 40)] = logits[7]  # ties
@@ -37,7 +40,7 @@ def logits_and_history(seed: int) -> tuple[np.ndarray, list[int]]:
     return logits, history
 
 
-def hugging_face(logits: np.ndarray, history: list[int], sampling: Sampling) -> np.ndarray:
+def hugging_face(logits: FloatArray, history: list[int], sampling: Sampling) -> FloatArray:
     ids = torch.tensor([history])
     scores = torch.from_numpy(logits.copy())[None]
     scores = RepetitionPenaltyLogitsProcessor(sampling.repetition_penalty)(ids, scores)
@@ -47,7 +50,8 @@ def hugging_face(logits: np.ndarray, history: list[int], sampling: Sampling) -> 
         scores = TopKLogitsWarper(sampling.top_k)(ids, scores)
     if sampling.top_p < 1.0:
         scores = TopPLogitsWarper(sampling.top_p)(ids, scores)
-    return scores[0].numpy()
+    processed: FloatArray = scores[0].numpy()
+    return processed
 
 
 @pytest.mark.parametrize("sampling", SETTINGS)

@@ -42,7 +42,7 @@ class XttsCard:
     text_tokens: int
     text_start: int
     text_stop: int
-    max_text_tokens: int  # per segment, start and stop included
+    max_text_tokens: int  # a segment has fewer text ids than this (start and stop not counted)
     # audio codes
     audio_codes: int
     audio_start: int

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F  # noqa: N812
@@ -87,7 +87,7 @@ class StyleGraph(nn.Module):
 
     def forward(self, audio: torch.Tensor) -> torch.Tensor:
         mel = torch.log(torch.clamp(self.mel(audio), min=1e-5)) / self.mel_stats[None, :, None]
-        return torch.as_tensor(self.gpt.get_style_emb(mel)).transpose(1, 2)
+        return cast(torch.Tensor, self.gpt.get_style_emb(mel)).transpose(1, 2)
 
 
 class SpeakerGraph(nn.Module):
@@ -122,7 +122,7 @@ class SpeakerGraph(nn.Module):
         return out[:, :target]
 
     def forward(self, audio: torch.Tensor) -> torch.Tensor:
-        return torch.as_tensor(self.encoder(self.resample(audio)[:, None, :], l2_norm=True))
+        return cast(torch.Tensor, self.encoder(self.resample(audio)[:, None, :], l2_norm=True))
 
 
 class _Attention(nn.Module):
@@ -229,7 +229,8 @@ class DecoderGraph(nn.Module):
         super().__init__()
         decoder = model.hifigan_decoder
         self.generator = copy.deepcopy(decoder.waveform_decoder)
-        self.generator.remove_weight_norm()
+        if torch.nn.utils.parametrize.is_parametrized(self.generator.conv_pre):  # Coqui's eval load folds it
+            self.generator.remove_weight_norm()
         self.stretch = decoder.ar_mel_length_compression / decoder.output_hop_length
         self.rate = decoder.output_sample_rate / decoder.input_sample_rate
 
@@ -237,4 +238,4 @@ class DecoderGraph(nn.Module):
         z = F.interpolate(latents.transpose(1, 2), scale_factor=[self.stretch], mode="linear")
         if self.rate != 1.0:
             z = F.interpolate(z, scale_factor=[self.rate], mode="linear")
-        return torch.as_tensor(self.generator(z, g=speaker[:, :, None]))[:, 0]
+        return cast(torch.Tensor, self.generator(z, g=speaker[:, :, None]))[:, 0]
