@@ -150,6 +150,31 @@ def test_greedy_codes_and_audio_equal_coquis(voice: Path, coqui: Any, text: str)
     assert snr_db(np.asarray(reference["wav"], dtype=np.float32), wav) >= MIN_SNR_DB
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_teacher_forced_logits_equal_coquis_at_every_step(voice: Path, coqui: Any, seed: int) -> None:
+    """Codes the model would not choose (random, stop code last), fed through the cached
+    loop, against Coqui's own teacher-forced forward (GPT.get_logits over the whole prompt)."""
+    rng = np.random.default_rng(seed)
+    gpt = coqui.gpt
+    style, _ = coqui_conditioning(coqui, clip(7 + seed, 3.0))
+    ids = coqui.tokenizer.encode("teacher forcing, step by step.", lang="en")
+    codes = [*rng.integers(0, gpt.start_audio_token, 30).tolist(), int(gpt.stop_audio_token)]
+    ours = XttsRunner(voice).teacher_forced(style[0].numpy(), ids, codes)
+    text = torch.tensor([[gpt.start_text_token, *ids, gpt.stop_text_token]])
+    audio = torch.tensor([[gpt.start_audio_token, *codes[:-1]]])
+    with torch.no_grad():
+        _, logits = gpt.get_logits(
+            gpt.text_embedding(text) + gpt.text_pos_embedding(text),
+            gpt.text_head,
+            gpt.mel_embedding(audio) + gpt.mel_pos_embedding(audio),
+            gpt.mel_head,
+            prompt=style,
+        )
+    theirs = logits[0].transpose(0, 1).numpy()  # (steps, codes)
+    assert ours.shape == theirs.shape == (len(codes), gpt.num_audio_tokens)
+    np.testing.assert_allclose(ours, theirs, atol=1e-4 * float(np.abs(theirs).max()))
+
+
 def test_another_clip_changes_the_conditioning_and_the_audio(voice: Path) -> None:
     runner = XttsRunner(voice)
     one, other = runner.conditioning(clip(5, 4.0)), runner.conditioning(clip(6, 4.0))

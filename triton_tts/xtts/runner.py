@@ -117,6 +117,12 @@ class XttsRunner:
     def start(self, style: FloatArray, text_ids: list[int], sampling: Sampling, seed: int = 0,
               limit: int | None = None) -> Generation:  # fmt: skip
         """Prefill a generation: its cache holds the prompt, its first code is chosen."""
+        gen, logits, latent = self._prefill(style, text_ids, sampling, seed, limit)
+        self._choose(gen, logits, latent)
+        return gen
+
+    def _prefill(self, style: FloatArray, text_ids: list[int], sampling: Sampling, seed: int,
+                 limit: int | None) -> tuple[Generation, FloatArray, FloatArray]:  # fmt: skip
         card = self.card
         limit = card.max_audio_tokens if limit is None else min(limit, card.max_audio_tokens)
         emb = self.prompt(style, text_ids)
@@ -128,8 +134,21 @@ class XttsRunner:
         )  # fmt: skip
         logits, latent, present = self.gpt([gen], emb[None])
         self._keep(gen, present[:, :, 0], emb.shape[0])
-        self._choose(gen, logits[0], latent[0])
-        return gen
+        return gen, logits[0], latent[0]
+
+    def teacher_forced(self, style: FloatArray, text_ids: list[int], codes: list[int]) -> FloatArray:
+        """The cached loop fed ``codes`` whatever it would choose: row k is the logits that
+        predict ``codes[k]`` (before any penalty or warping)."""
+        gen, logits, _ = self._prefill(style, text_ids, Sampling(temperature=0.0), 0, len(codes))
+        rows = [logits]
+        t = self.tables
+        for k, code in enumerate(codes[:-1]):
+            emb = (t["audio"][code] + t["audio_position"][k + 1]).astype(np.float32)[None, None]
+            step_logits, _, present = self.gpt([gen], emb)
+            self._keep(gen, present[:, :, 0], 1)
+            rows.append(step_logits[0])
+        forced: FloatArray = np.stack(rows).astype(np.float32)
+        return forced
 
     def gpt(
         self, gens: list[Generation], embeddings: FloatArray
