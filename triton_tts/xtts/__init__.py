@@ -8,8 +8,8 @@ An XTTS voice folder (written by ``triton-tts export coqui`` from an XTTS checkp
       vocab.json         XTTS's byte-pair tokenizer, as Coqui ships it
       style.onnx         AUDIO[1,N] (22.05 kHz) -> STYLE[1,32,D]: one chunk's GPT conditioning
       speaker.onnx       AUDIO[1,N] (22.05 kHz) -> SPEAKER[1,512]: the decoder's speaker embedding
-      gpt.onnx (+.data)  EMBEDDINGS[B,S,D], PAST[L,2,B,H,P,hd], MASK[B,P+S]
-                         -> LOGITS[B,codes], LATENT[B,D], PRESENT[L,2,B,H,S,hd]
+      gpt.onnx           EMBEDDINGS[B,S,D], PAST[B,L,2,H,P,hd], MASK[B,P+S]
+                         -> LOGITS[B,codes], LATENT[B,D], PRESENT[B,L,2,H,S,hd]
       embeddings.npz     the GPT's token and position tables (the caller sums the rows)
       decoder.onnx       LATENTS[B,T,D], SPEAKER[B,512] -> WAVEFORM[B,samples] (24 kHz)
 

@@ -42,20 +42,92 @@ class Conditioning:
     speaker: FloatArray  # (speaker_dim,)
 
 
+class PoolFull(RuntimeError):
+    """Every slot of a cache pool holds a generation."""
+
+
 @dataclass
 class Generation:
-    """One request's generation: its cache, what it has produced, how it chooses."""
+    """One request's generation: its slot in a cache pool, what it has produced, how it
+    chooses."""
 
-    cache: FloatArray  # (L, 2, 1, H, capacity, hd)
-    mask: FloatArray  # (1, capacity): 1 where the cache holds one of its positions
-    filled: int
+    pool: CachePool
     sampling: Sampling
     rng: np.random.Generator
     seen: npt.NDArray[np.bool_]
     limit: int  # codes it may generate
+    slot: int = -1
     codes: list[int] = field(default_factory=list)
     latents: list[FloatArray] = field(default_factory=list)
     done: bool = False
+
+
+class CachePool:
+    """Preallocated key-value cache for ``slots`` generations, batch first
+    (slots, L, 2, H, capacity, hd), with a mask of the positions each slot holds.
+
+    The live generations always sit in slots 0..n-1 (one that leaves is replaced by the
+    last), so a decode step over them passes ``kv[:n]``, a view: nothing is copied per
+    step and nothing grows. ``np.zeros`` leaves pages untouched until written, so memory
+    follows the positions filled, up to ``slots * capacity`` positions."""
+
+    def __init__(self, card: XttsCard, slots: int, capacity: int):
+        if slots < 1 or capacity < 1:
+            raise ValueError(f"a cache pool needs slots and capacity, got {slots} x {capacity}")
+        shape = (slots, card.layers, 2, card.heads, capacity, card.head_dim)
+        self.kv: FloatArray = np.zeros(shape, dtype=np.float32)
+        self.mask: FloatArray = np.zeros((slots, capacity), dtype=np.float32)
+        self.filled = np.zeros(slots, dtype=np.int64)
+        self.owners: list[Generation] = []
+
+    @property
+    def slots(self) -> int:
+        return int(self.kv.shape[0])
+
+    @property
+    def capacity(self) -> int:
+        return int(self.kv.shape[4])
+
+    @property
+    def live(self) -> int:
+        return len(self.owners)
+
+    def bytes_per_position(self) -> int:
+        return int(self.kv[0, :, :, :, 0].nbytes)
+
+    def acquire(self, gen: Generation) -> None:
+        if len(self.owners) >= self.slots:
+            raise PoolFull(f"all {self.slots} cache slots are in use")
+        gen.slot = len(self.owners)
+        self.owners.append(gen)
+        self.mask[gen.slot] = 0.0
+        self.filled[gen.slot] = 0
+
+    def release(self, gen: Generation) -> None:
+        """Free ``gen``'s slot; the last slot's generation moves into it (its filled
+        positions only are copied)."""
+        slot = gen.slot
+        if slot < 0 or slot >= len(self.owners) or self.owners[slot] is not gen:
+            return
+        last = self.owners.pop()
+        if last is not gen:
+            used = int(self.filled[last.slot])
+            self.kv[slot, :, :, :, :used] = self.kv[last.slot, :, :, :, :used]
+            self.mask[slot] = self.mask[last.slot]
+            self.filled[slot] = used
+            last.slot = slot
+            self.owners[slot] = last
+        gen.slot = -1
+
+    def keep(self, slot: int, present: FloatArray) -> None:
+        """Store a slot's new keys and values (L, 2, H, S, hd) after its filled positions."""
+        start = int(self.filled[slot])
+        count = present.shape[3]
+        if start + count > self.capacity:
+            raise PoolFull(f"slot {slot} holds {start} positions; {count} more exceed {self.capacity}")
+        self.kv[slot, :, :, :, start : start + count] = present
+        self.mask[slot, start : start + count] = 1.0
+        self.filled[slot] = start + count
 
 
 def linear_stretch(latents: FloatArray, scale: float) -> FloatArray:
@@ -114,72 +186,92 @@ class XttsRunner:
         prompt: FloatArray = np.concatenate([style, text, start[None]]).astype(np.float32)
         return prompt
 
+    def capacity(self, limit: int | None = None) -> int:
+        """Cache positions one generation may need: the longest prompt and its codes."""
+        card = self.card
+        codes = card.max_audio_tokens if limit is None else min(limit, card.max_audio_tokens)
+        return card.style_latents + card.max_text_tokens + 3 + codes
+
+    def pool(self, slots: int, limit: int | None = None) -> CachePool:
+        return CachePool(self.card, slots, self.capacity(limit))
+
     def start(self, style: FloatArray, text_ids: list[int], sampling: Sampling, seed: int = 0,
-              limit: int | None = None) -> Generation:  # fmt: skip
-        """Prefill a generation: its cache holds the prompt, its first code is chosen."""
-        gen, logits, latent = self._prefill(style, text_ids, sampling, seed, limit)
+              limit: int | None = None, pool: CachePool | None = None) -> Generation:  # fmt: skip
+        """Prefill a generation in a free slot of ``pool`` (default: a pool of its own):
+        its cache holds the prompt, its first code is chosen."""
+        gen, logits, latent = self._prefill(style, text_ids, sampling, seed, limit, pool)
         self._choose(gen, logits, latent)
         return gen
 
     def _prefill(self, style: FloatArray, text_ids: list[int], sampling: Sampling, seed: int,
-                 limit: int | None) -> tuple[Generation, FloatArray, FloatArray]:  # fmt: skip
+                 limit: int | None, pool: CachePool | None) -> tuple[Generation, FloatArray, FloatArray]:  # fmt: skip
         card = self.card
         limit = card.max_audio_tokens if limit is None else min(limit, card.max_audio_tokens)
         emb = self.prompt(style, text_ids)
-        capacity = emb.shape[0] + limit
-        cache = np.zeros((card.layers, 2, 1, card.heads, capacity, card.head_dim), dtype=np.float32)
+        if pool is None:
+            pool = CachePool(card, 1, emb.shape[0] + limit)
+        elif emb.shape[0] + limit - 1 > pool.capacity:
+            raise ValueError(f"a prompt of {emb.shape[0]} positions and {limit} codes exceed the pool's {pool.capacity}")
         gen = Generation(
-            cache=cache, mask=np.zeros((1, capacity), dtype=np.float32), filled=0, sampling=sampling,
-            rng=np.random.default_rng(seed), seen=first_seen(card.audio_codes, card.audio_start), limit=limit,
+            pool=pool, sampling=sampling, rng=np.random.default_rng(seed),
+            seen=first_seen(card.audio_codes, card.audio_start), limit=limit,
         )  # fmt: skip
-        logits, latent, present = self.gpt([gen], emb[None])
-        self._keep(gen, present[:, :, 0], emb.shape[0])
+        pool.acquire(gen)
+        logits, latent, present = self.gpt(pool, gen.slot, gen.slot + 1, emb[None])
+        pool.keep(gen.slot, present[0])
         return gen, logits[0], latent[0]
 
     def teacher_forced(self, style: FloatArray, text_ids: list[int], codes: list[int]) -> FloatArray:
         """The cached loop fed ``codes`` whatever it would choose: row k is the logits that
         predict ``codes[k]`` (before any penalty or warping)."""
-        gen, logits, _ = self._prefill(style, text_ids, Sampling(temperature=0.0), 0, len(codes))
+        gen, logits, _ = self._prefill(style, text_ids, Sampling(temperature=0.0), 0, len(codes), None)
         rows = [logits]
-        t = self.tables
+        t, pool = self.tables, gen.pool
         for k, code in enumerate(codes[:-1]):
             emb = (t["audio"][code] + t["audio_position"][k + 1]).astype(np.float32)[None, None]
-            step_logits, _, present = self.gpt([gen], emb)
-            self._keep(gen, present[:, :, 0], 1)
+            step_logits, _, present = self.gpt(pool, gen.slot, gen.slot + 1, emb)
+            pool.keep(gen.slot, present[0])
             rows.append(step_logits[0])
+        pool.release(gen)
         forced: FloatArray = np.stack(rows).astype(np.float32)
         return forced
 
     def gpt(
-        self, gens: list[Generation], embeddings: FloatArray
+        self, pool: CachePool, first: int, end: int, embeddings: FloatArray
     ) -> tuple[FloatArray, FloatArray, FloatArray]:
-        """One GPT run over ``gens`` stacked: their new positions' embeddings (B, S, D)."""
-        cache = gens[0].cache if len(gens) == 1 else np.concatenate([g.cache for g in gens], axis=2)
-        mask = np.concatenate([g.mask for g in gens])
-        new = np.ones((len(gens), embeddings.shape[1]), dtype=np.float32)
+        """One GPT run over slots ``first``..``end``-1 of ``pool`` (a view of its buffer):
+        their new positions' embeddings (B, S, D)."""
+        new = np.ones((end - first, embeddings.shape[1]), dtype=np.float32)
+        mask = np.concatenate([pool.mask[first:end], new], axis=1)
         outputs = self.gpt_session.run(
-            None, {"EMBEDDINGS": embeddings, "PAST": cache, "MASK": np.concatenate([mask, new], axis=1)}
+            None, {"EMBEDDINGS": embeddings, "PAST": pool.kv[first:end], "MASK": mask}
         )
         return outputs[0], outputs[1], outputs[2]
 
-    def step(self, gens: list[Generation]) -> None:
-        """One decode step of every unfinished generation in ``gens``, as one batch (their
-        buffers must have one capacity: :meth:`start` them with one ``limit`` and text length
-        for that, or step them alone)."""
+    def step(self, gens: list[Generation]) -> int:
+        """One decode step of every unfinished generation in ``gens`` (of one pool), as one
+        GPT run over the slots from the lowest to the highest of them; returns the batch
+        size. Slots in that range that are not stepped are computed and their results
+        dropped: step a pool's live generations together (they fill slots 0..n-1)."""
         live = [g for g in gens if not g.done]
         if not live:
-            return
+            return 0
+        pool = live[0].pool
+        if any(g.pool is not pool for g in live):
+            raise ValueError("a step batches generations of one pool")
+        first = min(g.slot for g in live)
+        end = max(g.slot for g in live) + 1
         t = self.tables
-        emb = np.stack([t["audio"][g.codes[-1]] + t["audio_position"][len(g.codes)] for g in live])[:, None]
-        logits, latent, present = self.gpt(live, emb.astype(np.float32))
-        for i, gen in enumerate(live):
-            self._keep(gen, present[:, :, i], 1)
-            self._choose(gen, logits[i], latent[i])
-
-    def _keep(self, gen: Generation, present: FloatArray, count: int) -> None:
-        gen.cache[:, :, 0, :, gen.filled : gen.filled + count] = present
-        gen.mask[0, gen.filled : gen.filled + count] = 1.0
-        gen.filled += count
+        d = self.card.model_dim
+        emb = np.zeros((end - first, 1, d), dtype=np.float32)
+        for g in live:
+            emb[g.slot - first, 0] = t["audio"][g.codes[-1]] + t["audio_position"][len(g.codes)]
+        logits, latent, present = self.gpt(pool, first, end, emb)
+        for gen in live:
+            row = gen.slot - first
+            pool.keep(gen.slot, present[row])
+            self._choose(gen, logits[row], latent[row])
+        return end - first
 
     def _choose(self, gen: Generation, logits: FloatArray, latent: FloatArray) -> None:
         code = choose(logits, gen.seen, gen.sampling, gen.rng)
@@ -192,6 +284,7 @@ class XttsRunner:
         gen = self.start(style, text_ids, sampling, seed, limit)
         while not gen.done:
             self.step([gen])
+        gen.pool.release(gen)
         return gen
 
     # the decoder

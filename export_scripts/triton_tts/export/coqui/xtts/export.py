@@ -132,7 +132,7 @@ def write_graphs(model: Any, out: Path) -> None:
         ["SPEAKER"],
         {"AUDIO": {1: "samples"}},
     )
-    past = torch.randn(layers, 2, 2, heads, 7, dim // heads)
+    past = torch.randn(2, layers, 2, heads, 7, dim // heads)
     _export(
         graphs.GptGraph(model),
         (torch.randn(2, 5, dim), past, torch.ones(2, 12)),
@@ -141,11 +141,11 @@ def write_graphs(model: Any, out: Path) -> None:
         ["LOGITS", "LATENT", "PRESENT"],
         {
             "EMBEDDINGS": {0: "batch", 1: "new"},
-            "PAST": {2: "batch", 4: "past"},
+            "PAST": {0: "batch", 4: "past"},
             "MASK": {0: "batch", 1: "positions"},
             "LOGITS": {0: "batch"},
             "LATENT": {0: "batch"},
-            "PRESENT": {2: "batch", 4: "new"},
+            "PRESENT": {0: "batch", 4: "new"},
         },
     )
     speaker_dim = int(model.hifigan_decoder.speaker_encoder.fc.out_features)

@@ -165,29 +165,32 @@ class _Transformer(nn.Module):
     def forward(
         self, emb: torch.Tensor, past: torch.Tensor, bias: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """emb (B, S, D), past (L, 2, B, H, P, hd), bias (B, 1, S, P+S) ->
-        logits and latents of the last position, and the S new keys/values per layer."""
+        """emb (B, S, D), past (B, L, 2, H, P, hd), bias (B, 1, S, P+S) ->
+        logits and latents of the last position, and the S new keys/values per layer
+        (B, L, 2, H, S, hd)."""
         h = emb
         new = []
         for i, (block, attention) in enumerate(zip(self.blocks, self.attention, strict=True)):
             layer: Any = block  # a Hugging Face GPT2Block
-            a, k, v = attention(layer.ln_1(h), past[i, 0], past[i, 1], bias)
+            a, k, v = attention(layer.ln_1(h), past[:, i, 0], past[:, i, 1], bias)
             h = h + a
             h = h + layer.mlp(layer.ln_2(h))
-            new.append(torch.stack([k, v]))
+            new.append(torch.stack([k, v], dim=1))
         latent = self.final_norm(self.ln_f(h[:, -1]))
-        return self.mel_head(latent), latent, torch.stack(new)
+        return self.mel_head(latent), latent, torch.stack(new, dim=1)
 
 
 class GptGraph(nn.Module):
     """One forward of XTTS's GPT over a key-value cache, for prefill and decode alike.
 
     EMBEDDINGS (B, S, D): the new positions' input embeddings (token + position, summed by
-    the caller from the tables :func:`embedding_tables` writes); PAST (L, 2, B, H, P, hd):
-    the cached keys and values, each request's padded to the batch's longest; MASK (B, P+S):
-    1 where a position is the request's own, 0 for padding (a shorter request's prompt is
-    left-padded) -> LOGITS (B, codes) and LATENT (B, D) of each request's last position, and
-    PRESENT (L, 2, B, H, S, hd): the new positions' keys and values, for the caller to keep.
+    the caller from the tables :func:`embedding_tables` writes); PAST (B, L, 2, H, P, hd):
+    the cached keys and values, batch first so that a run over the first B slots of a
+    server's cache pool is a view, not a copy; MASK (B, P+S): 1 where a position is the
+    request's own, 0 for padding or a slot's unused room (the GPT has no positions of its
+    own: the caller adds them, so where a position sits in the cache does not matter) ->
+    LOGITS (B, codes) and LATENT (B, D) of each request's last position, and PRESENT
+    (B, L, 2, H, S, hd): the new positions' keys and values, for the caller to keep.
     Attention is causal over the new positions and masked by MASK."""
 
     def __init__(self, model: Any):
