@@ -211,7 +211,9 @@ class XttsRunner:
         if pool is None:
             pool = CachePool(card, 1, emb.shape[0] + limit)
         elif emb.shape[0] + limit - 1 > pool.capacity:
-            raise ValueError(f"a prompt of {emb.shape[0]} positions and {limit} codes exceed the pool's {pool.capacity}")
+            raise ValueError(
+                f"a prompt of {emb.shape[0]} positions and {limit} codes exceed the pool's {pool.capacity}"
+            )
         gen = Generation(
             pool=pool, sampling=sampling, rng=np.random.default_rng(seed),
             seen=first_seen(card.audio_codes, card.audio_start), limit=limit,
