@@ -203,8 +203,15 @@ class XttsRunner:
         self._choose(gen, logits, latent)
         return gen
 
-    def _prefill(self, style: FloatArray, text_ids: list[int], sampling: Sampling, seed: int,
-                 limit: int | None, pool: CachePool | None) -> tuple[Generation, FloatArray, FloatArray]:  # fmt: skip
+    def _prefill(
+        self,
+        style: FloatArray,
+        text_ids: list[int],
+        sampling: Sampling,
+        seed: int,
+        limit: int | None,
+        pool: CachePool | None,
+    ) -> tuple[Generation, FloatArray, FloatArray]:
         card = self.card
         limit = card.max_audio_tokens if limit is None else min(limit, card.max_audio_tokens)
         emb = self.prompt(style, text_ids)
