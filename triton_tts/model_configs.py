@@ -447,6 +447,42 @@ def _long_text(name: str, opts: BuildOptions, streaming: bool) -> mc.ModelConfig
     return config
 
 
+XTTS_MODEL = "xtts"
+XTTS_SLOTS = 8  # generations decoding together (the cache pool's slots)
+
+
+def xtts(name: str) -> mc.ModelConfig:
+    """An XTTS voice's decoupled model (triton_tts/xtts/triton_model.py): one request at a
+    time from Triton (max_batch_size 0), batched across requests inside, between decode
+    steps."""
+    config = mc.ModelConfig(name=name, backend="python", max_batch_size=0)
+    _tensor(config.input, "TEXT", mc.TYPE_STRING, [1])
+    _tensor(config.input, "LANGUAGE", mc.TYPE_STRING, [1], optional=True)
+    _tensor(config.input, "REFERENCE_AUDIO", mc.TYPE_FP32, [-1], optional=True)
+    _tensor(config.input, "REFERENCE_SAMPLE_RATE", mc.TYPE_INT32, [1], optional=True)
+    for control in ("TEMPERATURE", "TOP_P", "REPETITION_PENALTY", "LENGTH_PENALTY", "SPEED"):
+        _tensor(config.input, control, mc.TYPE_FP32, [1], optional=True)
+    _tensor(config.input, "TOP_K", mc.TYPE_INT32, [1], optional=True)
+    _tensor(config.input, "SEED", mc.TYPE_INT64, [1], optional=True)
+    _tensor(config.output, "AUDIO", mc.TYPE_FP32, [-1])
+    _tensor(config.output, "SAMPLE_RATE", mc.TYPE_INT32, [1])
+    _tensor(config.output, "CHUNK_INDEX", mc.TYPE_INT32, [1])
+    _tensor(config.output, "IS_LAST", mc.TYPE_BOOL, [1])
+    _instances(config, 1, gpu=False)
+    config.model_transaction_policy.decoupled = True
+    _params(
+        config,
+        slots=str(XTTS_SLOTS),
+        chunk_codes="20",  # Coqui's stream_chunk_size
+        overlap_samples="1024",  # Coqui's overlap_wav_len
+        threads="2",
+        conditioning_cache="64",
+        max_reference_seconds="60",
+        min_reference_seconds="1",
+    )
+    return config
+
+
 def render(opts: BuildOptions | None = None) -> dict[str, str]:
     """Relative path in the repository -> config text, for every model and variant."""
     opts = opts or BuildOptions()

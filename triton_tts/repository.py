@@ -19,6 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+from google.protobuf import text_format
 
 from triton_tts import model_configs, paths
 from triton_tts.client.voices import VoiceInfo, chunk_model
@@ -195,6 +196,12 @@ def build_repository(
     template = paths.repository_template()
     if repo.resolve() == template.resolve():
         raise ValueError(f"{repo} is the repository template: build into another folder")
+    from triton_tts.xtts.card import is_xtts_folder
+
+    xtts_dirs = [d for d in dirs if is_xtts_folder(d)]
+    dirs = [d for d in dirs if not is_xtts_folder(d)]
+    if not dirs:
+        raise ValueError("a repository serves at least one voice besides XTTS ones (the default voice first)")
     voices = [(Voice.load(d), d) for d in dirs]
     options = with_voices(options or BuildOptions(), voices)
     shutil.copytree(
@@ -205,6 +212,7 @@ def build_repository(
     )
     # Voices of an earlier build that this one does not serve would still load: remove.
     wanted = {m.model(stage) for m in options.voices for stage in (*STAGES, CHUNK_MODEL)}
+    wanted |= {xtts_model_name(i, d) for i, d in enumerate(xtts_dirs)}
     for stale in repo.glob(f"*{VOICE_SEPARATOR}*"):
         if stale.is_dir() and stale.name not in wanted:
             shutil.rmtree(stale)
@@ -225,8 +233,40 @@ def build_repository(
         write_warmup_data(repo, voice, models)
         (repo / models.model(CHUNK_MODEL) / "1").mkdir(parents=True, exist_ok=True)  # ensembles need one
     model_configs.write(repo, options)
+    for i, folder in enumerate(xtts_dirs):
+        place_xtts(repo, xtts_model_name(i, folder), folder)
+    if not xtts_dirs:
+        shutil.rmtree(repo / model_configs.XTTS_MODEL, ignore_errors=True)
     log.info("model repository %s serves %s", repo, ", ".join(f"'{v.name}'" for v, _ in voices))
     return repo
+
+
+def xtts_model_name(index: int, folder: Path) -> str:
+    """``xtts`` for the first XTTS voice, ``xtts__<voice>`` for the others."""
+    from triton_tts.xtts.card import XttsCard
+
+    if index == 0:
+        return model_configs.XTTS_MODEL
+    name = XttsCard.load(folder).name
+    if not VOICE_NAME.fullmatch(name):
+        raise ValueError(
+            f"XTTS voice name {name!r}: use letters, digits, '-' and '_' (it names a Triton model)"
+        )
+    return f"{model_configs.XTTS_MODEL}{VOICE_SEPARATOR}{name}"
+
+
+def place_xtts(repo: Path, name: str, folder: Path) -> None:
+    """An XTTS voice folder's files, the model code and its config, as model ``name``."""
+    from triton_tts.xtts.card import CARD_FILE, EMBEDDINGS_FILE, GRAPH_FILES, VOCAB_FILE
+
+    target = repo / name / "1"
+    files = [*GRAPH_FILES, EMBEDDINGS_FILE, VOCAB_FILE, CARD_FILE]
+    files += [p.name for p in folder.glob("*.onnx.data")]  # a large GPT's external weights
+    for file in files:
+        _place(folder / file, target / file)
+    _place(Path(__file__).parent / "xtts" / "triton_model.py", target / "model.py")
+    config = model_configs.HEADER + text_format.MessageToString(model_configs.xtts(name))
+    (repo / name / "config.pbtxt").write_text(config, encoding="utf-8")
 
 
 def ensure_default_voice(voice_dir: Path | None = None) -> Path:

@@ -1,0 +1,313 @@
+"""XTTS v2 served (issue 26): a random-weight XTTS v2 in Coqui's layout (small
+configuration) exported with the real command and served by a real tritonserver as the
+decoupled ``xtts`` model beside the default voice.
+
+First the scheduler alone (no server): generations decoding together give each the codes
+it gets alone, and the stream, chunk by chunk with XTTS's overlap and crossfade, is the
+whole decode but at its joins, where nothing clicks. Then through the server with
+tritonclient: a streamed synthesis with a reference clip, another clip changes the
+voice, a seed makes sampling reproducible, bad clips and controls are refused by name,
+and two concurrent streams share decode batches (the model's own statistics).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+import tritonclient.grpc as grpcclient
+
+from testkit.xtts_checkpoints import build_xtts
+from tests.helpers import metric_total
+from triton_tts.export.coqui.cli import main as export_main
+from triton_tts.server import TritonServer, default_voice_server
+from triton_tts.xtts.card import Sampling
+from triton_tts.xtts.runner import Conditioning, XttsRunner
+from triton_tts.xtts.scheduler import OVERLAP, Job, Scheduler, crossfade_join
+
+pytestmark = [pytest.mark.server, pytest.mark.export]
+FloatArray = npt.NDArray[np.float32]
+
+MAX_AUDIO_TOKENS = 53  # 50 codes a segment: two full chunks of 20 and a last of 10
+GREEDY = Sampling(temperature=0.0, repetition_penalty=1.0)
+
+
+def clip(seed: int, seconds: float, rate: int = 22050) -> FloatArray:
+    """A voiced clip: a pitch track with harmonics and noise, different per seed."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(seconds * rate)) / rate
+    pitch = rng.uniform(90, 250) * (1 + 0.2 * np.sin(2 * np.pi * rng.uniform(0.3, 2) * t))
+    phase = 2 * np.pi * np.cumsum(pitch) / rate
+    tone = sum(np.sin(k * phase + rng.uniform(0, 6)) * rng.uniform(0.1, 1) for k in range(1, 10))
+    noise = rng.standard_normal(t.shape[0]) * 0.03
+    return np.asarray(rng.uniform(0.05, 0.3) * tone + noise, dtype=np.float32)
+
+
+@pytest.fixture(scope="module")
+def xtts_voice(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    checkpoint = build_xtts(
+        tmp_path_factory.mktemp("xtts-ckpt"), "tiny", seed=1, max_audio_tokens=MAX_AUDIO_TOKENS
+    )
+    out = tmp_path_factory.mktemp("xtts-voice") / "xtts"
+    export_main(["--checkpoint", str(checkpoint / "model.pth"), "--config", str(checkpoint / "config.json"),
+                 "--out", str(out)])  # fmt: skip
+    return out
+
+
+@pytest.fixture(scope="module")
+def runner(xtts_voice: Path) -> XttsRunner:
+    return XttsRunner(xtts_voice)
+
+
+def run_jobs(
+    scheduler: Scheduler, jobs: list[tuple[list[list[int]], Conditioning, Sampling, int]]
+) -> list[Any]:
+    """Submit every job at once; each one's chunks (audio, is_last) and its end."""
+    results: list[dict[str, Any]] = [{"chunks": [], "done": threading.Event(), "error": None} for _ in jobs]
+    for (segments, cond, sampling, seed), out in zip(jobs, results, strict=True):
+
+        def send(audio: FloatArray, last: bool, out: dict[str, Any] = out) -> None:
+            out["chunks"].append((audio, last))
+
+        def finish(err: Exception | None, out: dict[str, Any] = out) -> None:
+            out["error"] = err
+            out["done"].set()
+
+        scheduler.submit(Job(segments=segments, conditioning=cond, sampling=sampling, seed=seed,
+                             send=send, finish=finish))  # fmt: skip
+    for out in results:
+        assert out["done"].wait(300)
+        assert out["error"] is None, out["error"]
+    return results
+
+
+def test_generations_batched_together_get_the_codes_they_get_alone(runner: XttsRunner) -> None:
+    cond = runner.conditioning(clip(3, 5.0))
+    prompts = [[5, 17, 40, 22, 9], [31, 8, 77, 12, 60, 44, 19, 3, 51], [90, 14]]
+    alone = [runner.generate(cond.style, ids, GREEDY).codes for ids in prompts]
+    pool = runner.pool(4)
+    gens = [runner.start(cond.style, ids, GREEDY, pool=pool) for ids in prompts]
+    assert [g.slot for g in gens] == [0, 1, 2]
+    sizes = []
+    while not all(g.done for g in gens):
+        sizes.append(runner.step(gens))
+        for g in gens:  # a finished generation leaves at once; the last slot moves into its place
+            if g.done and g.slot >= 0:
+                pool.release(g)
+    assert [g.codes for g in gens] == alone
+    assert max(sizes) == 3 and pool.live == 0
+
+
+def test_a_stream_is_the_whole_decode_but_at_its_joins(runner: XttsRunner) -> None:
+    cond = runner.conditioning(clip(4, 6.0))
+    ids = [12, 40, 7, 33, 28, 5]
+    scheduler = Scheduler(runner, slots=2)
+    try:
+        (result,) = run_jobs(scheduler, [([ids], cond, GREEDY, 0)])
+    finally:
+        scheduler.stop()
+    chunks = result["chunks"]
+    assert len(chunks) == 3 and [last for _, last in chunks] == [False, False, True]
+    stream = np.concatenate([audio for audio, _ in chunks])
+    gen = runner.generate(cond.style, ids, GREEDY)
+    whole = runner.waveform(np.stack(gen.latents), cond.speaker)
+    assert stream.shape == whole.shape  # nothing lost, nothing repeated (XTTS drops its last overlap)
+    # Between joins the stream is the whole decode; at a join the crossfade keeps it continuous.
+    joins = np.cumsum([audio.shape[0] for audio, _ in chunks])[:-1]
+    away = np.ones(whole.shape[0], dtype=bool)
+    for j in joins:
+        away[max(j - 4 * OVERLAP, 0) : j + OVERLAP] = False
+    assert np.abs(stream[away] - whole[away]).max() < 1e-4
+    step = np.abs(np.diff(whole)).max()
+    for j in joins:
+        assert abs(float(stream[j]) - float(stream[j - 1])) <= 2 * step  # no click at the join
+
+
+def test_crossfade_join_sends_each_sample_once() -> None:
+    rng = np.random.default_rng(0)
+    full = rng.standard_normal(10_000).astype(np.float32)
+    sent, held, previous = [], None, 0
+    for end in (3000, 6500, 10_000):
+        chunk, held = crossfade_join(full[:end], previous, held, 512, last=end == 10_000)
+        sent.append(chunk)
+        previous = end
+    assert held is None
+    np.testing.assert_allclose(np.concatenate(sent), full, atol=1e-6)  # same signal: the fade is exact
+
+
+# Through the server.
+
+
+@pytest.fixture(scope="module")
+def xtts_server(
+    voice_dir: Path, xtts_voice: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TritonServer]:
+    repo = tmp_path_factory.mktemp("xtts-repo") / "model_repository"
+    log_file = tmp_path_factory.mktemp("logs") / "tritonserver-xtts.log"
+    with default_voice_server(repo, log_file, voice_dir=[voice_dir, xtts_voice]) as running:
+        yield running
+
+
+def xtts_inputs(
+    text: str, reference: FloatArray | None, rate: int | None = 22050, **controls: Any
+) -> list[Any]:
+    inputs = []
+    text_in = grpcclient.InferInput("TEXT", [1], "BYTES")
+    text_in.set_data_from_numpy(np.array([text.encode()], dtype=object))
+    inputs.append(text_in)
+    if reference is not None:
+        audio = grpcclient.InferInput("REFERENCE_AUDIO", [reference.shape[0]], "FP32")
+        audio.set_data_from_numpy(reference.astype(np.float32))
+        inputs.append(audio)
+    if rate is not None and reference is not None:
+        rate_in = grpcclient.InferInput("REFERENCE_SAMPLE_RATE", [1], "INT32")
+        rate_in.set_data_from_numpy(np.array([rate], dtype=np.int32))
+        inputs.append(rate_in)
+    types = {"TOP_K": ("INT32", np.int32), "SEED": ("INT64", np.int64), "LANGUAGE": ("BYTES", object)}
+    for name, value in controls.items():
+        kind, dtype = types.get(name, ("FP32", np.float32))
+        tensor = grpcclient.InferInput(name, [1], kind)
+        tensor.set_data_from_numpy(np.array([value.encode() if dtype is object else value], dtype=dtype))
+        inputs.append(tensor)
+    return inputs
+
+
+def stream_xtts(url: str, inputs: list[Any]) -> tuple[list[dict[str, Any]], list[str]]:
+    client = grpcclient.InferenceServerClient(url)
+    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    chunks, errors = [], []
+    try:
+        client.async_stream_infer("xtts", inputs, enable_empty_final_response=True)
+        while True:
+            result, error = answers.get(timeout=300)
+            if error is not None:
+                errors.append(error.message())
+                continue
+            response = result.get_response()
+            if response.outputs:
+                chunks.append(
+                    {
+                        "audio": result.as_numpy("AUDIO").reshape(-1),
+                        "rate": int(result.as_numpy("SAMPLE_RATE")[0]),
+                        "index": int(result.as_numpy("CHUNK_INDEX")[0]),
+                        "last": bool(result.as_numpy("IS_LAST")[0]),
+                    }
+                )
+            if response.parameters["triton_final_response"].bool_param:
+                return chunks, errors
+    finally:
+        client.stop_stream()
+        client.close()
+
+
+def audio_of(chunks: list[dict[str, Any]]) -> FloatArray:
+    return np.concatenate([c["audio"] for c in chunks])
+
+
+def test_a_streamed_synthesis_with_a_reference_clip(xtts_server: TritonServer, runner: XttsRunner) -> None:
+    reference = clip(7, 6.0)
+    text = "Hello there. This is a cloned voice, streamed in chunks."
+    chunks, errors = stream_xtts(xtts_server.grpc_url, xtts_inputs(text, reference, TEMPERATURE=0.0, SEED=1))
+    assert errors == []
+    assert [c["index"] for c in chunks] == list(range(len(chunks)))
+    assert [c["last"] for c in chunks] == [False] * (len(chunks) - 1) + [True]
+    assert {c["rate"] for c in chunks} == {24000}
+    assert len(chunks) >= 3  # 50 codes a segment: 3 chunks each
+    # Greedy: the server's audio is the runner's whole decode of the same segments, joined.
+    expected = greedy_expected(xtts_server, runner, text, reference)
+    streamed = audio_of(chunks)
+    assert streamed.shape == expected.shape
+    assert snr_db(streamed, expected) > 30
+
+
+def xtts_server_voice(server: TritonServer) -> Path:
+    return Path(server.model_repository) / "xtts" / "1"
+
+
+def snr_db(signal: FloatArray, other: FloatArray) -> float:
+    n = min(signal.shape[0], other.shape[0])
+    noise = float(np.sum((signal[:n] - other[:n]) ** 2)) + 1e-20
+    return 10 * float(np.log10(float(np.sum(signal[:n] ** 2)) / noise))
+
+
+def greedy_expected(server: TritonServer, runner: XttsRunner, text: str, reference: FloatArray) -> FloatArray:
+    """The runner's whole greedy synthesis of the text's segments (what the server streams)."""
+    from triton_tts.xtts.text import XttsText
+
+    cond = runner.conditioning(reference)
+    segments = XttsText(xtts_server_voice(server), runner.card).read(text, "en")
+    return np.concatenate(
+        [runner.waveform(np.stack(runner.generate(cond.style, ids, GREEDY_CARD).latents), cond.speaker)
+         for ids in segments]
+    )  # fmt: skip
+
+
+GREEDY_CARD = Sampling(temperature=0.0)  # the card's repetition penalty, as a request leaves it
+
+
+def test_another_clip_changes_the_voice_and_a_seed_repeats_sampling(
+    xtts_server: TritonServer, runner: XttsRunner
+) -> None:
+    url, text = xtts_server.grpc_url, "The same words in another voice."
+    one, other = clip(8, 5.0), clip(9, 5.0)
+    a = audio_of(stream_xtts(url, xtts_inputs(text, one, TEMPERATURE=0.0))[0])
+    b = audio_of(stream_xtts(url, xtts_inputs(text, other, TEMPERATURE=0.0))[0])
+    # Each is its own clip's voice: far nearer to it than to the other clip's.
+    assert snr_db(b, greedy_expected(xtts_server, runner, text, other)) > snr_db(b, a) + 20
+    assert snr_db(a, greedy_expected(xtts_server, runner, text, one)) > snr_db(a, b) + 20
+    sampled = [audio_of(stream_xtts(url, xtts_inputs(text, one, SEED=seed))[0]) for seed in (5, 5, 6)]
+    np.testing.assert_array_equal(sampled[0], sampled[1])
+    assert sampled[0].shape != sampled[2].shape or not np.array_equal(sampled[0], sampled[2])
+
+
+@pytest.mark.parametrize(
+    ("reference", "rate", "controls", "message"),
+    [
+        (None, None, {}, "send REFERENCE_AUDIO"),
+        (clip(1, 0.4), 22050, {}, "at least"),
+        (np.zeros(22050 * 3, np.float32), 22050, {}, "silent"),
+        (clip(1, 3.0), 1000, {}, "REFERENCE_SAMPLE_RATE 1000"),
+        (clip(1, 3.0), None, {}, "needs REFERENCE_SAMPLE_RATE"),
+        (clip(1, 61.0, 16000), 16000, {}, "at most"),
+        (clip(1, 3.0), 22050, {"LANGUAGE": "xx"}, "this voice reads"),
+        (clip(1, 3.0), 22050, {"TEMPERATURE": -1.0}, "TEMPERATURE"),
+        (clip(1, 3.0), 22050, {"TOP_P": 1.5}, "TOP_P"),
+        (clip(1, 3.0), 22050, {"SPEED": 9.0}, "SPEED"),
+    ],
+)
+def test_bad_clips_and_controls_are_refused_by_name(
+    xtts_server: TritonServer,
+    reference: FloatArray | None,
+    rate: int | None,
+    controls: dict[str, Any],
+    message: str,
+) -> None:
+    chunks, errors = stream_xtts(xtts_server.grpc_url, xtts_inputs("Hello.", reference, rate, **controls))
+    assert chunks == []
+    assert len(errors) == 1 and message in errors[0] and "INVALID_ARG" in errors[0], errors
+
+
+def test_two_concurrent_streams_share_decode_batches(xtts_server: TritonServer) -> None:
+    before = metric_total(xtts_server.metrics_port, "tts_xtts_decode_steps_total", batch="2")
+    texts = ["One stream speaks this sentence now.", "Another stream speaks at the same time."]
+    results: list[Any] = [None, None]
+
+    def run(i: int) -> None:
+        results[i] = stream_xtts(xtts_server.grpc_url, xtts_inputs(texts[i], clip(10 + i, 4.0), SEED=i))
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    for chunks, errors in results:
+        assert errors == [] and chunks[-1]["last"]
+    after = metric_total(xtts_server.metrics_port, "tts_xtts_decode_steps_total", batch="2")
+    assert after - before >= 10  # most of their steps ran as one GPT batch

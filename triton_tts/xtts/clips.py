@@ -1,0 +1,83 @@
+"""Reference clips: checked, resampled to the voice's conditioning rate, conditioned once
+per clip (content hash) and kept in a bounded LRU."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from triton_tts.xtts.runner import ClipRefused, Conditioning, FloatArray, XttsRunner
+
+MIN_RATE, MAX_RATE = 8000, 192_000
+SILENCE_RMS = 1e-4  # below -80 dBFS: no voice to clone
+
+
+@dataclass(frozen=True)
+class ClipSettings:
+    cache_entries: int = 64
+    max_seconds: float = 60.0  # longer clips are refused (XTTS reads the first 30 s)
+    min_seconds: float = 1.0
+
+    @classmethod
+    def from_parameters(cls, params: Mapping[str, str]) -> ClipSettings:
+        return cls(
+            cache_entries=int(params.get("conditioning_cache", cls.cache_entries)),
+            max_seconds=float(params.get("max_reference_seconds", cls.max_seconds)),
+            min_seconds=float(params.get("min_reference_seconds", cls.min_seconds)),
+        )
+
+
+def check_clip(audio: FloatArray, rate: int, settings: ClipSettings) -> None:
+    if not MIN_RATE <= rate <= MAX_RATE:
+        raise ClipRefused(f"REFERENCE_SAMPLE_RATE {rate} Hz: use {MIN_RATE} to {MAX_RATE} Hz")
+    seconds = audio.shape[0] / rate
+    if seconds < settings.min_seconds:
+        raise ClipRefused(
+            f"the reference clip is {seconds:.2f} s: at least {settings.min_seconds:g} s is needed"
+        )
+    if seconds > settings.max_seconds:
+        raise ClipRefused(f"the reference clip is {seconds:.1f} s: at most {settings.max_seconds:g} s")
+    if not np.all(np.isfinite(audio)):
+        raise ClipRefused("the reference clip holds NaN or infinite samples")
+    if float(np.sqrt(np.mean(np.square(audio, dtype=np.float64)))) < SILENCE_RMS:
+        raise ClipRefused("the reference clip is silent")
+
+
+class ClipCache:
+    def __init__(self, runner: XttsRunner, settings: ClipSettings):
+        self.runner = runner
+        self.settings = settings
+        self.entries: OrderedDict[str, Conditioning] = OrderedDict()
+        self.lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def conditioning(self, audio: FloatArray | None, rate: int | None) -> Conditioning:
+        if audio is None or rate is None:
+            raise ClipRefused(
+                "XTTS clones a voice: send REFERENCE_AUDIO (FP32 mono) and REFERENCE_SAMPLE_RATE"
+            )
+        check_clip(audio, rate, self.settings)
+        key = hashlib.sha256(np.int64(rate).tobytes() + audio.astype(np.float32).tobytes()).hexdigest()
+        with self.lock:
+            if key in self.entries:
+                self.entries.move_to_end(key)
+                self.hits += 1
+                return self.entries[key]
+        target = self.runner.card.conditioning_rate
+        if rate != target:
+            import soxr
+
+            audio = np.asarray(soxr.resample(audio, rate, target), dtype=np.float32)
+        conditioning = self.runner.conditioning(audio)
+        with self.lock:
+            self.misses += 1
+            self.entries[key] = conditioning
+            while len(self.entries) > self.settings.cache_entries:
+                self.entries.popitem(last=False)
+        return conditioning

@@ -1,0 +1,85 @@
+"""An ``xtts`` request's inputs, read and checked in one place (a pydantic schema for the
+controls; Coqui's defaults, from the voice card, where a control is left out). Only
+importable inside Triton's Python backend."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from triton_tts.request_options import read_text
+from triton_tts.validation import InvalidRequest
+from triton_tts.xtts.card import Sampling, XttsCard
+from triton_tts.xtts.runner import FloatArray
+
+MAX_TEXT_CHARS = 20_000
+MAX_SEED = 2**63 - 1
+
+RequestRefused = InvalidRequest
+
+
+class ControlSchema(BaseModel):
+    """What a request may set; None: the voice's default."""
+
+    model_config = ConfigDict(extra="forbid")
+    temperature: float | None = Field(None, ge=0.0, le=10.0, allow_inf_nan=False)  # 0: greedy
+    top_k: int | None = Field(None, ge=0)  # 0: no top-k
+    top_p: float | None = Field(None, gt=0.0, le=1.0, allow_inf_nan=False)
+    repetition_penalty: float | None = Field(None, gt=0.0, le=100.0, allow_inf_nan=False)
+    length_penalty: float | None = Field(None, ge=-10.0, le=10.0, allow_inf_nan=False)
+    speed: float | None = Field(None, ge=0.25, le=4.0, allow_inf_nan=False)
+    seed: int | None = Field(None, ge=0, le=MAX_SEED)
+
+
+@dataclass(frozen=True)
+class Controls:
+    text: str
+    language: str
+    reference: FloatArray | None
+    reference_rate: int | None
+    sampling: Sampling
+    seed: int
+
+
+def _one(request: Any, name: str) -> Any | None:
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    if tensor is None:
+        return None
+    values = tensor.as_numpy().reshape(-1)
+    if values.size != 1:
+        raise InvalidRequest(f"{name} must hold one value, got {values.size}")
+    value = values[0]
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value.item()
+
+
+def read_controls(request: Any, card: XttsCard) -> Controls:
+    text = read_text(request, MAX_TEXT_CHARS)
+    language = _one(request, "LANGUAGE")
+    values = {
+        key: _one(request, key.upper())
+        for key in ("temperature", "top_k", "top_p", "repetition_penalty", "length_penalty", "speed", "seed")
+    }
+    try:
+        schema = ControlSchema(**{k: v for k, v in values.items() if v is not None})
+    except ValidationError as err:
+        problems = "; ".join(f"{e['loc'][0]}".upper() + f": {e['msg']}" for e in err.errors())
+        raise InvalidRequest(problems) from None
+    chosen = {k: v for k, v in schema.model_dump().items() if v is not None and k != "seed"}
+    sampling = replace(card.sampling, **chosen)
+    reference = pb_utils.get_input_tensor_by_name(request, "REFERENCE_AUDIO")
+    rate = _one(request, "REFERENCE_SAMPLE_RATE")
+    clip = None if reference is None else np.asarray(reference.as_numpy(), dtype=np.float32).reshape(-1)
+    if clip is not None and rate is None:
+        raise InvalidRequest("REFERENCE_AUDIO needs REFERENCE_SAMPLE_RATE (INT32, Hz)")
+    return Controls(
+        text=text,
+        language=str(language) if language is not None else card.languages[0],
+        reference=clip,
+        reference_rate=None if rate is None else int(rate),
+        sampling=sampling,
+        seed=int(schema.seed) if schema.seed is not None else int(np.random.default_rng().integers(0, 2**31)),
+    )

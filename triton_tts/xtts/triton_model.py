@@ -1,0 +1,157 @@
+"""The ``xtts`` model: XTTS v2 in one decoupled Python-backend model, streamed, with its
+GPT decoding batched across requests (copied as ``model.py`` into the model's version
+folder by ``triton-tts build-repo``; a build serves an XTTS voice folder as ``xtts``, or
+``xtts__<voice>`` after the first).
+
+Each request is read and checked in ``execute`` (a refusal, INVALID_ARG, goes out at once,
+then the final flag), its reference clip conditioned (cached by the clip's content hash,
+in a bounded LRU), and handed to the scheduler's loop (triton_tts.xtts.scheduler), which
+batches every live request's decode step into one GPT run and sends audio every
+``chunk_codes`` codes. Every response carries AUDIO, SAMPLE_RATE, CHUNK_INDEX and
+IS_LAST; the final flag always ends a request, after an error too. A request Triton marks
+cancelled, or one that outlives its own ``timeout``, stops at its next step.
+
+The model's statistics go to Triton's metrics port: decode steps by batch size, so that
+cross-request batching is visible (``tts_xtts_decode_steps_total{batch="2"}``), and the
+live and waiting generations.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from triton_tts.bls import Cancellation
+from triton_tts.config_parameters import string_parameters
+from triton_tts.errors import RequestErrors, request_id
+from triton_tts.xtts.clips import ClipCache, ClipSettings
+from triton_tts.xtts.requests import RequestRefused, read_controls
+from triton_tts.xtts.runner import ClipRefused, FloatArray, XttsRunner
+from triton_tts.xtts.scheduler import Cancelled, Job, Scheduler
+from triton_tts.xtts.text import TextRefused, XttsText
+
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict[str, str]) -> None:
+        config = json.loads(args["model_config"])
+        if not pb_utils.using_decoupled_model_transaction_policy(config):
+            raise pb_utils.TritonModelException("xtts needs model_transaction_policy { decoupled: true }")
+        params = string_parameters(config)
+        folder = Path(args["model_repository"]) / args["model_version"]
+        self.runner = XttsRunner(folder, threads=int(params.get("threads", "2")))
+        self.text = XttsText(folder, self.runner.card)
+        self.clips = ClipCache(self.runner, ClipSettings.from_parameters(params))
+        self.scheduler = Scheduler(
+            self.runner,
+            slots=int(params.get("slots", "8")),
+            chunk_codes=int(params.get("chunk_codes", "20")),
+            overlap=int(params.get("overlap_samples", "1024")),
+        )
+        self.name = args["model_name"]
+        self.errors = RequestErrors(self.name, tagged=True)
+        self.rate = np.array([self.runner.card.output_rate], dtype=np.int32)
+        self._metrics(args["model_instance_name"])
+        pool, card = self.scheduler.pool, self.runner.card
+        pb_utils.Logger.log_info(
+            f"{self.name}: XTTS voice '{card.name}', {pool.slots} cache slots of {pool.capacity} positions; "
+            f"licence: {card.licence or 'see the voice card'}"
+        )
+
+    def _metrics(self, instance: str) -> None:
+        self.steps = pb_utils.MetricFamily(
+            name="tts_xtts_decode_steps_total",
+            description="XTTS decode steps (one GPT run each), by how many generations ran in it",
+            kind=pb_utils.MetricFamily.COUNTER,
+        )
+        self.live = pb_utils.MetricFamily(
+            name="tts_xtts_generations",
+            description="XTTS generations in the cache pool, or waiting for a slot",
+            kind=pb_utils.MetricFamily.GAUGE,
+        )
+        self.labels = {"model": self.name, "instance": instance}
+        self.step_counters: dict[int, Any] = {}
+        self.counted: dict[int, int] = {}
+        self.live_gauge = self.live.Metric(labels={**self.labels, "state": "live"})
+        self.waiting_gauge = self.live.Metric(labels={**self.labels, "state": "waiting"})
+        self.metrics_lock = threading.Lock()
+
+    def _record_metrics(self) -> None:
+        with self.metrics_lock:
+            with self.scheduler.lock:
+                sizes = dict(self.scheduler.batch_sizes)
+            for size, count in sizes.items():
+                if size not in self.step_counters:
+                    self.step_counters[size] = self.steps.Metric(labels={**self.labels, "batch": str(size)})
+                    self.counted[size] = 0
+                self.step_counters[size].increment(count - self.counted[size])
+                self.counted[size] = count
+            stats = self.scheduler.statistics()
+            self.live_gauge.set(stats["live"])
+            self.waiting_gauge.set(stats["waiting"])
+
+    def execute(self, requests: list[Any]) -> None:
+        for request in requests:
+            rid = request_id(request)
+            sender = request.get_response_sender()
+            try:
+                job = self._job(request, rid, sender)
+            except (RequestRefused, TextRefused, ClipRefused) as err:
+                sender.send(self.errors.invalid(rid, str(err)))
+                sender.send(flags=FINAL)
+                continue
+            except Exception as err:
+                sender.send(self.errors.response(rid, f"{type(err).__name__}: {err}"))
+                sender.send(flags=FINAL)
+                continue
+            self.scheduler.submit(job)
+        self._record_metrics()
+
+    def _job(self, request: Any, rid: str, sender: Any) -> Job:
+        controls = read_controls(request, self.runner.card)
+        segments = self.text.read(controls.text, controls.language)
+        conditioning = self.clips.conditioning(controls.reference, controls.reference_rate)
+        cancellation = Cancellation(sender.is_cancelled, request.timeout())
+        index = [0]
+        done = threading.Event()
+
+        def send(audio: FloatArray, last: bool) -> None:
+            response = pb_utils.InferenceResponse(
+                output_tensors=[
+                    pb_utils.Tensor("AUDIO", audio.astype(np.float32)),
+                    pb_utils.Tensor("SAMPLE_RATE", self.rate),
+                    pb_utils.Tensor("CHUNK_INDEX", np.array([index[0]], dtype=np.int32)),
+                    pb_utils.Tensor("IS_LAST", np.array([last], dtype=bool)),
+                ]
+            )
+            index[0] += 1
+            sender.send(response)
+
+        def finish(err: Exception | None) -> None:
+            if done.is_set():
+                return
+            done.set()
+            try:
+                if isinstance(err, Cancelled):
+                    pb_utils.Logger.log_warn(
+                        f"{self.name}: request {rid} stopped: {cancellation.reason or err}"
+                    )
+                elif err is not None:
+                    sender.send(self.errors.response(rid, f"{type(err).__name__}: {err}"))
+            finally:
+                sender.send(flags=FINAL)  # the sender is never touched after this
+                self._record_metrics()
+
+        return Job(
+            segments=segments, conditioning=conditioning, sampling=controls.sampling, seed=controls.seed,
+            send=send, finish=finish, cancelled=cancellation,
+        )  # fmt: skip
+
+    def finalize(self) -> None:
+        self.scheduler.stop()
