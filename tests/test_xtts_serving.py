@@ -21,15 +21,19 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pytest
+import soundfile as sf
+import soxr
 import tritonclient.grpc as grpcclient
 
 from testkit.xtts_checkpoints import build_xtts
 from tests.helpers import metric_total
+from triton_tts.cli import main as cli_main
 from triton_tts.export.coqui.cli import main as export_main
 from triton_tts.server import TritonServer, default_voice_server
 from triton_tts.xtts.card import Sampling
 from triton_tts.xtts.runner import Conditioning, XttsRunner
 from triton_tts.xtts.scheduler import OVERLAP, Job, Scheduler, crossfade_join
+from triton_tts.xtts.speakers import load_speaker, speaker_file, speaker_names
 
 pytestmark = [pytest.mark.server, pytest.mark.export]
 FloatArray = npt.NDArray[np.float32]
@@ -49,14 +53,37 @@ def clip(seed: int, seconds: float, rate: int = 22050) -> FloatArray:
     return np.asarray(rng.uniform(0.05, 0.3) * tone + noise, dtype=np.float32)
 
 
+STUDIO = "Studio One"  # a speaker of the checkpoint's speakers_xtts.pth, as Coqui ships them
+NARRATOR = "narrator"
+
+
 @pytest.fixture(scope="module")
-def xtts_voice(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    checkpoint = build_xtts(
-        tmp_path_factory.mktemp("xtts-ckpt"), "tiny", seed=1, max_audio_tokens=MAX_AUDIO_TOKENS
-    )
+def studio_speaker() -> dict[str, Any]:
+    import torch
+
+    generator = torch.Generator().manual_seed(3)
+    return {
+        "gpt_cond_latent": torch.randn(1, 32, 128, generator=generator),  # the tiny GPT's width
+        "speaker_embedding": torch.nn.functional.normalize(
+            torch.randn(1, 512, 1, generator=generator), dim=1
+        ),
+    }
+
+
+@pytest.fixture(scope="module")
+def xtts_voice(tmp_path_factory: pytest.TempPathFactory, studio_speaker: dict[str, Any]) -> Path:
+    import torch
+
+    folder = tmp_path_factory.mktemp("xtts-ckpt")
+    checkpoint = build_xtts(folder, "tiny", seed=1, max_audio_tokens=MAX_AUDIO_TOKENS)
+    torch.save({STUDIO: studio_speaker}, checkpoint / "speakers_xtts.pth")
     out = tmp_path_factory.mktemp("xtts-voice") / "xtts"
     export_main(["--checkpoint", str(checkpoint / "model.pth"), "--config", str(checkpoint / "config.json"),
                  "--out", str(out)])  # fmt: skip
+    # A named speaker from a clip file at another rate, with the real command.
+    wav = tmp_path_factory.mktemp("clips") / "narrator.wav"
+    sf.write(wav, np.stack([clip(21, 5.0, 16000), clip(21, 5.0, 16000)], axis=1), 16000)  # stereo: mixed down
+    assert cli_main(["speakers", "add", NARRATOR, str(wav), "--voice", str(out)]) == 0
     return out
 
 
@@ -169,7 +196,12 @@ def xtts_inputs(
         rate_in = grpcclient.InferInput("REFERENCE_SAMPLE_RATE", [1], "INT32")
         rate_in.set_data_from_numpy(np.array([rate], dtype=np.int32))
         inputs.append(rate_in)
-    types = {"TOP_K": ("INT32", np.int32), "SEED": ("INT64", np.int64), "LANGUAGE": ("BYTES", object)}
+    types = {
+        "TOP_K": ("INT32", np.int32),
+        "SEED": ("INT64", np.int64),
+        "LANGUAGE": ("BYTES", object),
+        "SPEAKER": ("BYTES", object),
+    }
     for name, value in controls.items():
         kind, dtype = types.get(name, ("FP32", np.float32))
         tensor = grpcclient.InferInput(name, [1], kind)
@@ -237,11 +269,13 @@ def snr_db(signal: FloatArray, other: FloatArray) -> float:
     return 10 * float(np.log10(float(np.sum(signal[:n] ** 2)) / noise))
 
 
-def greedy_expected(server: TritonServer, runner: XttsRunner, text: str, reference: FloatArray) -> FloatArray:
+def greedy_expected(
+    server: TritonServer, runner: XttsRunner, text: str, reference: FloatArray | Conditioning
+) -> FloatArray:
     """The runner's whole greedy synthesis of the text's segments (what the server streams)."""
     from triton_tts.xtts.text import XttsText
 
-    cond = runner.conditioning(reference)
+    cond = reference if isinstance(reference, Conditioning) else runner.conditioning(reference)
     segments = XttsText(xtts_server_voice(server), runner.card).read(text, "en")
     return np.concatenate(
         [runner.waveform(np.stack(runner.generate(cond.style, ids, GREEDY_CARD).latents), cond.speaker)
@@ -311,3 +345,41 @@ def test_two_concurrent_streams_share_decode_batches(xtts_server: TritonServer) 
         assert errors == [] and chunks[-1]["last"]
     after = metric_total(xtts_server.metrics_port, "tts_xtts_decode_steps_total", batch="2")
     assert after - before >= 10  # most of their steps ran as one GPT batch
+
+
+def test_named_speakers_from_a_clip_and_from_coqui(
+    xtts_server: TritonServer, xtts_voice: Path, runner: XttsRunner, studio_speaker: dict[str, Any]
+) -> None:
+    assert speaker_names(xtts_voice) == sorted([NARRATOR, STUDIO])
+    studio = load_speaker(speaker_file(xtts_voice, STUDIO))  # converted from speakers_xtts.pth
+    np.testing.assert_array_equal(studio.style, studio_speaker["gpt_cond_latent"][0].numpy())
+    np.testing.assert_array_equal(studio.speaker, studio_speaker["speaker_embedding"].reshape(-1).numpy())
+    # The narrator is its clip's conditioning: mixed to mono, resampled to 22.05 kHz.
+    mono = np.asarray(soxr.resample(clip(21, 5.0, 16000), 16000, 22050), dtype=np.float32)
+    narrator = load_speaker(speaker_file(xtts_voice, NARRATOR))
+    np.testing.assert_allclose(narrator.speaker, runner.conditioning(mono).speaker, atol=1e-4)
+    text = "A named speaker says this."
+    for name, conditioning in ((NARRATOR, narrator), (STUDIO, studio)):
+        chunks, errors = stream_xtts(
+            xtts_server.grpc_url, xtts_inputs(text, None, SPEAKER=name, TEMPERATURE=0.0)
+        )
+        assert errors == []
+        assert snr_db(audio_of(chunks), greedy_expected(xtts_server, runner, text, conditioning)) > 30
+
+
+def test_a_speaker_added_while_serving_is_served_and_unknown_ones_are_refused(
+    xtts_server: TritonServer, tmp_path: Path
+) -> None:
+    url = xtts_server.grpc_url
+    _, errors = stream_xtts(url, xtts_inputs("Hello.", None, SPEAKER="latecomer"))
+    assert len(errors) == 1 and "INVALID_ARG" in errors[0] and NARRATOR in errors[0] and STUDIO in errors[0]
+    wav = tmp_path / "late.wav"
+    sf.write(wav, clip(30, 4.0), 22050)
+    assert (
+        cli_main(["speakers", "add", "latecomer", str(wav), "--voice", str(xtts_server_voice(xtts_server))])
+        == 0
+    )
+    chunks, errors = stream_xtts(url, xtts_inputs("Hello.", None, SPEAKER="latecomer"))
+    assert errors == [] and chunks[-1]["last"]
+    _, errors = stream_xtts(url, xtts_inputs("Hello.", clip(1, 3.0), SPEAKER=NARRATOR))
+    assert len(errors) == 1 and "not both" in errors[0]

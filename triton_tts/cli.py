@@ -335,14 +335,12 @@ def _serve(args: argparse.Namespace, server: TritonServer, supervision: ExitStac
 
 
 def _add_inspection_commands(sub: Any, defaults: type[argparse.HelpFormatter]) -> None:
-    """What a server serves (voices), and what the text front-end makes of a text (frontend)."""
+    """What a server serves (voices), what the front-end makes of a text (frontend), speakers."""
     voices_parser = sub.add_parser("voices", help="list the voices a server serves", formatter_class=defaults)
     add_connection_arguments(voices_parser)
     voices_parser.set_defaults(func=voices)
     frontend = sub.add_parser(
-        "frontend",
-        help="print the normalised text and its pronunciation (offline, no server)",
-        formatter_class=defaults,
+        "frontend", help="print the normalised text and its pronunciation (offline)", formatter_class=defaults
     )
     frontend.add_argument("text", nargs="+", help="the text (several words are joined with spaces)")
     chosen = frontend.add_mutually_exclusive_group()
@@ -350,6 +348,9 @@ def _add_inspection_commands(sub: Any, defaults: type[argparse.HelpFormatter]) -
     chosen.add_argument("--language", help="a language instead of a voice: zh (Mandarin), en-us...")
     add_lexicon_argument(frontend, "apply a lexicon, and show its entries that apply")
     frontend.set_defaults(func=cmd_frontend)
+    from triton_tts.xtts.speakers import add_command  # speakers add|list: XTTS's named speakers
+
+    add_command(sub, defaults)
 
 
 def _add_export_int8(export_sub: Any, defaults: type[argparse.HelpFormatter]) -> None:

@@ -460,6 +460,7 @@ def xtts(name: str) -> mc.ModelConfig:
     _tensor(config.input, "LANGUAGE", mc.TYPE_STRING, [1], optional=True)
     _tensor(config.input, "REFERENCE_AUDIO", mc.TYPE_FP32, [-1], optional=True)
     _tensor(config.input, "REFERENCE_SAMPLE_RATE", mc.TYPE_INT32, [1], optional=True)
+    _tensor(config.input, "SPEAKER", mc.TYPE_STRING, [1], optional=True)  # a named speaker, not a clip
     for control in ("TEMPERATURE", "TOP_P", "REPETITION_PENALTY", "LENGTH_PENALTY", "SPEED"):
         _tensor(config.input, control, mc.TYPE_FP32, [1], optional=True)
     _tensor(config.input, "TOP_K", mc.TYPE_INT32, [1], optional=True)

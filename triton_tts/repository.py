@@ -258,6 +258,7 @@ def xtts_model_name(index: int, folder: Path) -> str:
 def place_xtts(repo: Path, name: str, folder: Path) -> None:
     """An XTTS voice folder's files, the model code and its config, as model ``name``."""
     from triton_tts.xtts.card import CARD_FILE, EMBEDDINGS_FILE, GRAPH_FILES, VOCAB_FILE
+    from triton_tts.xtts.speakers import SPEAKERS_DIR
 
     target = repo / name / "1"
     files = [*GRAPH_FILES, EMBEDDINGS_FILE, VOCAB_FILE, CARD_FILE]
@@ -265,6 +266,8 @@ def place_xtts(repo: Path, name: str, folder: Path) -> None:
     for file in files:
         _place(folder / file, target / file)
     _place(Path(__file__).parent / "xtts" / "triton_model.py", target / "model.py")
+    for speaker in (folder / SPEAKERS_DIR).glob("*.npz"):
+        _place(speaker, target / SPEAKERS_DIR / speaker.name)
     config = model_configs.HEADER + text_format.MessageToString(model_configs.xtts(name))
     (repo / name / "config.pbtxt").write_text(config, encoding="utf-8")
 

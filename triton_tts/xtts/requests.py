@@ -41,6 +41,7 @@ class Controls:
     language: str
     reference: FloatArray | None
     reference_rate: int | None
+    speaker: str | None  # a named speaker instead of a clip
     sampling: Sampling
     seed: int
 
@@ -75,11 +76,15 @@ def read_controls(request: Any, card: XttsCard) -> Controls:
     clip = None if reference is None else np.asarray(reference.as_numpy(), dtype=np.float32).reshape(-1)
     if clip is not None and rate is None:
         raise InvalidRequest("REFERENCE_AUDIO needs REFERENCE_SAMPLE_RATE (INT32, Hz)")
+    speaker = _one(request, "SPEAKER")
+    if speaker is not None and clip is not None:
+        raise InvalidRequest("give SPEAKER (a named speaker) or REFERENCE_AUDIO (a clip), not both")
     return Controls(
         text=text,
         language=str(language) if language is not None else card.languages[0],
         reference=clip,
         reference_rate=None if rate is None else int(rate),
+        speaker=None if speaker is None else str(speaker),
         sampling=sampling,
         seed=int(schema.seed) if schema.seed is not None else int(np.random.default_rng().integers(0, 2**31)),
     )

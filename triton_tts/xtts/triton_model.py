@@ -33,6 +33,7 @@ from triton_tts.xtts.clips import ClipCache, ClipSettings
 from triton_tts.xtts.requests import RequestRefused, read_controls
 from triton_tts.xtts.runner import ClipRefused, FloatArray, XttsRunner
 from triton_tts.xtts.scheduler import Cancelled, Job, Scheduler
+from triton_tts.xtts.speakers import SpeakerStore, UnknownSpeaker
 from triton_tts.xtts.text import TextRefused, XttsText
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -48,6 +49,8 @@ class TritonPythonModel:
         self.runner = XttsRunner(folder, threads=int(params.get("threads", "2")))
         self.text = XttsText(folder, self.runner.card)
         self.clips = ClipCache(self.runner, ClipSettings.from_parameters(params))
+        card = self.runner.card
+        self.speakers = SpeakerStore(folder, (card.style_latents, card.model_dim), card.speaker_dim)
         self.scheduler = Scheduler(
             self.runner,
             slots=int(params.get("slots", "8")),
@@ -102,7 +105,7 @@ class TritonPythonModel:
             sender = request.get_response_sender()
             try:
                 job = self._job(request, rid, sender)
-            except (RequestRefused, TextRefused, ClipRefused) as err:
+            except (RequestRefused, TextRefused, ClipRefused, UnknownSpeaker) as err:
                 sender.send(self.errors.invalid(rid, str(err)))
                 sender.send(flags=FINAL)
                 continue
@@ -116,7 +119,10 @@ class TritonPythonModel:
     def _job(self, request: Any, rid: str, sender: Any) -> Job:
         controls = read_controls(request, self.runner.card)
         segments = self.text.read(controls.text, controls.language)
-        conditioning = self.clips.conditioning(controls.reference, controls.reference_rate)
+        if controls.speaker is not None:
+            conditioning = self.speakers.get(controls.speaker)
+        else:
+            conditioning = self.clips.conditioning(controls.reference, controls.reference_rate)
         cancellation = Cancellation(sender.is_cancelled, request.timeout())
         index = [0]
         done = threading.Event()

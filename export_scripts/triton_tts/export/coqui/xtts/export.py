@@ -38,6 +38,7 @@ from triton_tts.xtts.card import (
     XttsCard,
 )
 from triton_tts.xtts.runner import XttsRunner
+from triton_tts.xtts.speakers import from_coqui, save_speaker
 
 log = logging.getLogger(__name__)
 FloatArray = npt.NDArray[np.float32]
@@ -267,5 +268,8 @@ def export_xtts(loaded: Loaded, out: Path, name: str | None = None) -> XttsCard:
     finally:
         shutil.rmtree(out / "__pycache__", ignore_errors=True)
     (out / PARITY_FILE).write_text(json.dumps(report, indent=2), encoding="utf-8")
+    manager = getattr(model, "speaker_manager", None)  # Coqui read speakers_xtts.pth, if there is one
+    for speaker, conditioning in from_coqui(dict(getattr(manager, "speakers", None) or {})).items():
+        save_speaker(out, speaker, conditioning)
     log.info("exported %s (xtts) to %s", loaded.source, out)
     return card
