@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,12 +25,13 @@ import pytest
 import soundfile as sf
 import soxr
 import tritonclient.grpc as grpcclient
+from google.protobuf import text_format
 
 from testkit.xtts_checkpoints import build_xtts
-from tests.helpers import metric_total
+from tests.helpers import metric_total, wait_until
 from triton_tts.cli import main as cli_main
 from triton_tts.export.coqui.cli import main as export_main
-from triton_tts.server import TritonServer, default_voice_server
+from triton_tts.server import TritonServer, default_voice_server, free_port
 from triton_tts.xtts.card import Sampling
 from triton_tts.xtts.runner import Conditioning, XttsRunner
 from triton_tts.xtts.scheduler import OVERLAP, Job, Scheduler, crossfade_join
@@ -383,3 +385,79 @@ def test_a_speaker_added_while_serving_is_served_and_unknown_ones_are_refused(
     assert errors == [] and chunks[-1]["last"]
     _, errors = stream_xtts(url, xtts_inputs("Hello.", clip(1, 3.0), SPEAKER=NARRATOR))
     assert len(errors) == 1 and "not both" in errors[0]
+
+
+def live_generations(server: TritonServer) -> float:
+    return metric_total(server.metrics_port, "tts_xtts_generations", state="live")
+
+
+def test_a_cancelled_stream_leaves_the_batch(xtts_server: TritonServer) -> None:
+    client = grpcclient.InferenceServerClient(xtts_server.grpc_url)
+    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    long_text = " ".join(
+        f"Sentence number {i} of a long text that will not be heard to its end." for i in range(12)
+    )
+    try:
+        client.async_stream_infer(
+            "xtts", xtts_inputs(long_text, clip(40, 4.0)), enable_empty_final_response=True
+        )
+        result, error = answers.get(timeout=300)
+        assert error is None and result.as_numpy("CHUNK_INDEX")[0] == 0
+    finally:
+        client.stop_stream(cancel_requests=True)
+        client.close()
+    wait_until(lambda: live_generations(xtts_server) == 0, 60, "the cancelled generation to leave its slot")
+    time.sleep(0.5)  # the model's counters follow its loop every 0.2 s
+    steps = metric_total(xtts_server.metrics_port, "tts_xtts_decode_steps_total")
+    time.sleep(1.0)
+    assert metric_total(xtts_server.metrics_port, "tts_xtts_decode_steps_total") == steps  # nothing decodes
+
+
+@pytest.fixture(scope="module")
+def one_slot_server(
+    voice_dir: Path, xtts_voice: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TritonServer]:
+    """Raised limits for the test (not the shipped ones): one cache slot, one waiting."""
+    from triton_tts.model_configs import HEADER, parse
+    from triton_tts.repository import build_repository
+
+    repo = build_repository([voice_dir, xtts_voice], tmp_path_factory.mktemp("xtts-one") / "model_repository")
+    path = repo / "xtts" / "config.pbtxt"
+    config = parse(path.read_text(encoding="utf-8"))
+    config.parameters["slots"].string_value = "1"
+    config.parameters["max_waiting"].string_value = "1"
+    path.write_text(HEADER + text_format.MessageToString(config), encoding="utf-8")
+    log_file = tmp_path_factory.mktemp("logs") / "tritonserver-xtts-one.log"
+    with TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
+                      log_file=log_file) as running:  # fmt: skip
+        yield running
+
+
+def test_beyond_the_slots_requests_wait_and_beyond_the_wait_they_are_refused(
+    one_slot_server: TritonServer,
+) -> None:
+    results: list[Any] = [None] * 3
+
+    def run(i: int) -> None:
+        # The first holds the slot for a while (four sentences); the others are short.
+        text = " ".join([f"Request {i} of three, each several words long."] * (4 if i == 0 else 1))
+        results[i] = stream_xtts(one_slot_server.grpc_url, xtts_inputs(text, clip(50 + i, 3.0), SEED=i))
+
+    def at_model() -> float:
+        return metric_total(one_slot_server.metrics_port, "tts_xtts_generations")
+
+    threads = []
+    for i in range(3):
+        threads.append(threading.Thread(target=run, args=(i,)))
+        threads[-1].start()
+        if i < 2:  # the first takes the slot, the second waits
+            wait_until(lambda: at_model() >= len(threads), 60, "the request to reach the model")
+    for t in threads:
+        t.join(300)
+    refused = [errors for chunks, errors in results if errors]
+    served = [chunks for chunks, errors in results if not errors]
+    assert len(served) == 2 and all(chunks[-1]["last"] for chunks in served)
+    assert len(refused) == 1 and "UNAVAILABLE" in refused[0][0] and "at capacity" in refused[0][0]
+    # One slot: no step ran two generations.
+    assert metric_total(one_slot_server.metrics_port, "tts_xtts_decode_steps_total", batch="2") == 0

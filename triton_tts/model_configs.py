@@ -478,6 +478,7 @@ def xtts(name: str) -> mc.ModelConfig:
         overlap_samples="1024",  # Coqui's overlap_wav_len
         threads="2",
         conditioning_cache="64",
+        max_waiting=str(4 * XTTS_SLOTS),  # more waiting for a slot: refused (UNAVAILABLE)
         max_reference_seconds="60",
         min_reference_seconds="1",
     )

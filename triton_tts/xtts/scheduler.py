@@ -32,6 +32,7 @@ from triton_tts.xtts.runner import CachePool, Conditioning, FloatArray, Generati
 
 CHUNK_CODES = 20  # Coqui's stream_chunk_size
 OVERLAP = 1024  # Coqui's overlap_wav_len, in output samples
+CANCEL_EVERY = 5  # codes between two questions whether a request was cancelled
 
 
 class Cancelled(Exception):
@@ -168,10 +169,11 @@ class Scheduler:
         gen = job.gen
         if gen is None:
             return
-        if job.cancelled():
+        ready = gen.done or len(gen.codes) - job.decoded >= self.chunk_codes
+        # Asking Triton is a round trip: every few codes, and before any audio goes out.
+        if (ready or len(gen.codes) % CANCEL_EVERY == 0) and job.cancelled():
             self._end(job, Cancelled("request cancelled"))
             return
-        ready = gen.done or len(gen.codes) - job.decoded >= self.chunk_codes
         if not ready:
             return
         try:

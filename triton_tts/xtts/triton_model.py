@@ -37,6 +37,7 @@ from triton_tts.xtts.speakers import SpeakerStore, UnknownSpeaker
 from triton_tts.xtts.text import TextRefused, XttsText
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+METRICS_PERIOD_S = 0.2
 
 
 class TritonPythonModel:
@@ -57,6 +58,9 @@ class TritonPythonModel:
             chunk_codes=int(params.get("chunk_codes", "20")),
             overlap=int(params.get("overlap_samples", "1024")),
         )
+        # Overload: a request that would find this many waiting for a slot is refused at
+        # once (UNAVAILABLE), as the other models' queues refuse.
+        self.max_waiting = int(params.get("max_waiting", str(4 * self.scheduler.pool.slots)))
         self.name = args["model_name"]
         self.errors = RequestErrors(self.name, tagged=True)
         self.rate = np.array([self.runner.card.output_rate], dtype=np.int32)
@@ -84,6 +88,13 @@ class TritonPythonModel:
         self.live_gauge = self.live.Metric(labels={**self.labels, "state": "live"})
         self.waiting_gauge = self.live.Metric(labels={**self.labels, "state": "waiting"})
         self.metrics_lock = threading.Lock()
+        self.stopped = threading.Event()
+        # Between requests' events too: the gauges and counters follow the loop every 0.2 s.
+        threading.Thread(target=self._refresh_metrics, name="xtts-metrics", daemon=True).start()
+
+    def _refresh_metrics(self) -> None:
+        while not self.stopped.wait(METRICS_PERIOD_S):
+            self._record_metrics()
 
     def _record_metrics(self) -> None:
         with self.metrics_lock:
@@ -103,6 +114,12 @@ class TritonPythonModel:
         for request in requests:
             rid = request_id(request)
             sender = request.get_response_sender()
+            waiting = self.scheduler.statistics()["waiting"]
+            if waiting >= self.max_waiting:
+                message = f"XTTS is at capacity: {waiting} generations wait for a slot; retry later"
+                sender.send(self.errors.response(rid, message, pb_utils.TritonError.UNAVAILABLE))
+                sender.send(flags=FINAL)
+                continue
             try:
                 job = self._job(request, rid, sender)
             except (RequestRefused, TextRefused, ClipRefused, UnknownSpeaker) as err:
@@ -160,4 +177,5 @@ class TritonPythonModel:
         )  # fmt: skip
 
     def finalize(self) -> None:
+        self.stopped.set()
         self.scheduler.stop()
