@@ -461,3 +461,113 @@ def test_beyond_the_slots_requests_wait_and_beyond_the_wait_they_are_refused(
     assert len(refused) == 1 and "UNAVAILABLE" in refused[0][0] and "at capacity" in refused[0][0]
     # One slot: no step ran two generations.
     assert metric_total(one_slot_server.metrics_port, "tts_xtts_decode_steps_total", batch="2") == 0
+
+
+def long_text_inputs(
+    lib: Any, text: str, voice: str, reference: FloatArray | None, **scalars: Any
+) -> list[Any]:
+    """tts / tts_stream inputs (a batch of one) for an XTTS voice."""
+    values: dict[str, tuple[str, Any]] = {
+        "TEXT": ("BYTES", np.array([[text.encode()]], dtype=object)),
+        "VOICE": ("BYTES", np.array([[voice.encode()]], dtype=object)),
+    }
+    if reference is not None:
+        values["REFERENCE_AUDIO"] = ("FP32", reference[None, :].astype(np.float32))
+        values["REFERENCE_SAMPLE_RATE"] = ("INT32", np.array([[22050]], dtype=np.int32))
+    kinds = {
+        "SPEAKER_ID": ("INT64", np.int64),
+        "SEED": ("INT64", np.int64),
+        "NOISE_SCALE": ("FP32", np.float32),
+    }
+    for name, value in scalars.items():
+        kind, dtype = kinds.get(name, ("FP32", np.float32))
+        values[name] = (kind, np.array([[value]], dtype=dtype))
+    inputs = []
+    for name, (kind, array) in values.items():
+        tensor = lib.InferInput(name, list(array.shape), kind)
+        tensor.set_data_from_numpy(array)
+        inputs.append(tensor)
+    return inputs
+
+
+def test_tts_and_tts_stream_serve_the_xtts_voice(xtts_server: TritonServer, runner: XttsRunner) -> None:
+    import tritonclient.http as httpclient
+
+    text, reference = "The long-text models pass this on. It has two sentences.", clip(60, 5.0)
+    expected = greedy_expected(xtts_server, runner, text, reference)
+    client = httpclient.InferenceServerClient(xtts_server.http_url, network_timeout=300)
+    try:
+        whole = client.infer("tts", long_text_inputs(httpclient, text, "xtts", reference, TEMPERATURE=0.0))
+    finally:
+        client.close()
+    assert int(whole.as_numpy("SAMPLE_RATE").reshape(-1)[0]) == 24000
+    assert snr_db(whole.as_numpy("AUDIO").reshape(-1), expected) > 30
+    # tts_stream: the same audio chunk by chunk, over gRPC.
+    grpc = grpcclient.InferenceServerClient(xtts_server.grpc_url)
+    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    grpc.start_stream(callback=lambda result, error: answers.put((result, error)))
+    chunks = []
+    try:
+        grpc.async_stream_infer(
+            "tts_stream",
+            long_text_inputs(grpcclient, text, "xtts", reference, TEMPERATURE=0.0),
+            enable_empty_final_response=True,
+        )
+        while True:
+            result, error = answers.get(timeout=300)
+            assert error is None, error
+            if result.get_response().outputs:
+                chunks.append(
+                    (result.as_numpy("AUDIO").reshape(-1), bool(result.as_numpy("IS_LAST").reshape(-1)[0]))
+                )
+            if result.get_response().parameters["triton_final_response"].bool_param:
+                break
+    finally:
+        grpc.stop_stream()
+        grpc.close()
+    assert len(chunks) >= 3 and [last for _, last in chunks] == [False] * (len(chunks) - 1) + [True]
+    assert snr_db(np.concatenate([a for a, _ in chunks]), expected) > 30
+
+
+def test_tts_picks_named_speakers_by_id_and_refuses_what_xtts_lacks(
+    xtts_server: TritonServer, xtts_voice: Path, runner: XttsRunner
+) -> None:
+    import tritonclient.http as httpclient
+    from tritonclient.utils import InferenceServerException
+
+    text = "Spoken by a stored speaker."
+    names = speaker_names(xtts_voice)  # SPEAKER_ID is the index in this list
+    narrator = load_speaker(speaker_file(xtts_voice, NARRATOR))
+    client = httpclient.InferenceServerClient(xtts_server.http_url, network_timeout=300)
+    try:
+        inputs = long_text_inputs(
+            httpclient, text, "xtts", None, SPEAKER_ID=names.index(NARRATOR), TEMPERATURE=0.0
+        )
+        audio = client.infer("tts", inputs).as_numpy("AUDIO").reshape(-1)
+        assert snr_db(audio, greedy_expected(xtts_server, runner, text, narrator)) > 30
+        for scalars, message in (
+            ({"SPEAKER_ID": 99}, "SPEAKER_ID 99"),
+            ({"NOISE_SCALE": 0.5}, "no NOISE_SCALE"),
+            ({}, "send REFERENCE_AUDIO"),
+        ):
+            with pytest.raises(InferenceServerException, match=message) as refused:
+                client.infer("tts", long_text_inputs(httpclient, text, "xtts", None, **scalars))
+            assert refused.value.status() == "400"
+    finally:
+        client.close()
+
+
+def test_the_gateway_speaks_with_a_stored_speaker(xtts_server: TritonServer) -> None:
+    import openai
+
+    from tests.helpers import running_gateway
+
+    with running_gateway(xtts_server.grpc_url, "--voice-alias", f"nova=xtts:{NARRATOR}") as base:
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
+        for voice in (f"xtts:{NARRATOR}", "nova"):
+            speech = client.audio.speech.create(model="tts-1", voice=voice, input="Hello from the gateway.",
+                                                response_format="wav")  # fmt: skip
+            import io
+
+            audio, rate = sf.read(io.BytesIO(speech.content), dtype="float32")
+            assert rate == 24000 and audio.shape[0] > rate  # a second and more of speech

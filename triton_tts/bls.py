@@ -35,7 +35,7 @@ import triton_python_backend_utils as pb_utils
 from triton_tts import internal
 from triton_tts.admission import Refused, chunk_priority
 from triton_tts.chunking import ChunkPlan, halves, join_edges, split_text
-from triton_tts.client.voices import VoiceInfo
+from triton_tts.client.voices import CHUNKS_KIND, VoiceInfo
 from triton_tts.config_parameters import string_parameters
 from triton_tts.errors import RequestErrors
 from triton_tts.limits import TOO_LONG, ChunkLimits, chunk_scale
@@ -182,7 +182,11 @@ class LongTextSettings:
             ),
             chunks_in_flight=int(params["chunks_in_flight"]),
             voices=voices,
-            limits={v.name: ChunkLimits.from_json(json.dumps(v.chunk_limits)) for v in voices},
+            limits={
+                v.name: ChunkLimits.from_json(json.dumps(v.chunk_limits))
+                for v in voices
+                if v.kind == CHUNKS_KIND
+            },
             threads=int(params["bls_threads"]),
             phonemes=phonemes,
             syllables=syllables,

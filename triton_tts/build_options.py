@@ -165,6 +165,9 @@ class BuildOptions:
     )
     # The voices served, the default first (`triton-tts voices` reads them back).
     voices: tuple[VoiceModels, ...] = (VoiceModels(),)
+    # XTTS voices (their own decoupled models; tts and tts_stream forward to them), after
+    # the voices above in the voices JSON.
+    cloned: tuple[VoiceInfo, ...] = ()
     # Pronunciation lexicons (serve/build-repo --lexicon [LANG=]FILE): the long-text models
     # mark their words' phonemes (triton_tts/text/pronounce.py) for the voices of LANG.
     lexicons: tuple[Lexicon, ...] = ()

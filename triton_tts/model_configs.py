@@ -397,6 +397,13 @@ def _long_text(name: str, opts: BuildOptions, streaming: bool) -> mc.ModelConfig
     # "text", "ssml" or "auto" (SSML when TEXT starts with <speak): tts and tts_stream read
     # SSML (triton_tts/text/ssml.py) and send its chunks as text.
     _tensor(config.input, "TEXT_FORMAT", mc.TYPE_STRING, [1], optional=True)
+    # XTTS voices (passed on to their model, triton_tts/xtts/forward.py): a clip to clone
+    # and the language to read in.
+    _tensor(config.input, "LANGUAGE", mc.TYPE_STRING, [1], optional=True)
+    _tensor(config.input, "REFERENCE_AUDIO", mc.TYPE_FP32, [-1], optional=True)
+    _tensor(config.input, "REFERENCE_SAMPLE_RATE", mc.TYPE_INT32, [1], optional=True)
+    _tensor(config.input, "TEMPERATURE", mc.TYPE_FP32, [1], optional=True)  # 0: greedy
+    _tensor(config.input, "SEED", mc.TYPE_INT64, [1], optional=True)  # reproducible sampling
     _tensor(config.output, "AUDIO", mc.TYPE_FP32, [-1])
     _tensor(config.output, "SAMPLE_RATE", mc.TYPE_INT32, [1])
     _word_outputs(config)  # empty unless TIMESTAMPS (for voices that have them)
@@ -428,7 +435,7 @@ def _long_text(name: str, opts: BuildOptions, streaming: bool) -> mc.ModelConfig
         max_streams=str(opts.max_streams),
         lead_ms=str(opts.stream_lead_ms if streaming else 0),
         # Every voice served, the default first.
-        voices=VoiceInfo.list_to_json([v.served for v in opts.voices]),
+        voices=VoiceInfo.list_to_json([*(v.served for v in opts.voices), *opts.cloned]),
         lexicons=json.dumps([lexicon.to_json() for lexicon in opts.lexicons], ensure_ascii=False),
         # Voice -> the symbols its given pronunciations may use (checked before any chunk runs).
         pronunciations=json.dumps(

@@ -204,6 +204,10 @@ def build_repository(
         raise ValueError("a repository serves at least one voice besides XTTS ones (the default voice first)")
     voices = [(Voice.load(d), d) for d in dirs]
     options = with_voices(options or BuildOptions(), voices)
+    options = replace(options, cloned=tuple(xtts_info(i, d) for i, d in enumerate(xtts_dirs)))
+    names = [v.served.name for v in options.voices] + [v.name for v in options.cloned]
+    if len(set(names)) != len(names):
+        raise ValueError(f"voice names must differ, got {names}")
     shutil.copytree(
         template,
         repo,
@@ -253,6 +257,27 @@ def xtts_model_name(index: int, folder: Path) -> str:
             f"XTTS voice name {name!r}: use letters, digits, '-' and '_' (it names a Triton model)"
         )
     return f"{model_configs.XTTS_MODEL}{VOICE_SEPARATOR}{name}"
+
+
+def xtts_info(index: int, folder: Path) -> VoiceInfo:
+    """What tts, tts_stream and the gateway know of an XTTS voice: its model, its first
+    language, its named speakers (SPEAKER_ID is the index in this list)."""
+    from triton_tts.client.voices import XTTS_KIND
+    from triton_tts.xtts.card import XttsCard
+    from triton_tts.xtts.speakers import speaker_names
+
+    card = XttsCard.load(folder)
+    if not VOICE_NAME.fullmatch(card.name):
+        raise ValueError(f"XTTS voice name {card.name!r}: use letters, digits, '-' and '_'")
+    return VoiceInfo(
+        name=card.name,
+        language=card.languages[0],
+        sample_rate=card.output_rate,
+        speakers={name: i for i, name in enumerate(speaker_names(folder))},
+        tokens="xtts",
+        model=xtts_model_name(index, folder),
+        kind=XTTS_KIND,
+    )
 
 
 def place_xtts(repo: Path, name: str, folder: Path) -> None:

@@ -326,7 +326,7 @@ class TritonServer:
         import tritonclient.http as httpclient
 
         from triton_tts.admission import Ledger, measure_capacity
-        from triton_tts.client.voices import VoiceInfo
+        from triton_tts.client.voices import CHUNKS_KIND, VoiceInfo
         from triton_tts.text.frontend import is_chinese
 
         client = httpclient.InferenceServerClient(self.http_url)
@@ -343,6 +343,7 @@ class TritonServer:
                 [v.stage_model(s) for s in ("preprocess", "acoustic", "vocoder")],
             )
             for v in VoiceInfo.list_from_json(params["voices"]["string_value"])
+            if v.kind == CHUNKS_KIND  # an XTTS voice's model bounds its own work
         }
         self.capacity = measure_capacity(
             self.grpc_url, voices, headers=self.headers("grpc"), parameters=self.internal_parameters()

@@ -18,6 +18,10 @@ from typing import Any
 # the plain names, another's end in __<voice>.
 VOICE_SEPARATOR = "__"
 CHUNK_MODEL = "tts_chunk"
+# What serves a voice: its tts_chunk ensemble (acoustic model and vocoder), or XTTS's own
+# decoupled model (a cloning voice: REFERENCE_AUDIO, or a named speaker by SPEAKER_ID).
+CHUNKS_KIND = "chunks"
+XTTS_KIND = "xtts"
 
 
 def chunk_model(voice: str, default: bool) -> str:
@@ -41,6 +45,7 @@ class VoiceInfo:
     chunk_limits: dict[str, Any] = field(default_factory=dict)
     # Whether its acoustic model says its durations: word timestamps (TIMESTAMPS input).
     timestamps: bool = False
+    kind: str = CHUNKS_KIND  # CHUNKS_KIND or XTTS_KIND (then ``model`` is the XTTS model)
 
     def stage_model(self, stage: str) -> str:
         """The voice's model of ``stage`` (preprocess, acoustic, ...), named as its ensemble is."""
@@ -60,6 +65,7 @@ class VoiceInfo:
                     "model": v.model,
                     "chunk_limits": v.chunk_limits,
                     "timestamps": v.timestamps,
+                    **({"kind": v.kind} if v.kind != CHUNKS_KIND else {}),
                 }
                 for v in voices
             ],
@@ -79,6 +85,7 @@ class VoiceInfo:
                 model=v["model"],
                 chunk_limits=v.get("chunk_limits", {}),
                 timestamps=bool(v.get("timestamps", False)),
+                kind=str(v.get("kind", CHUNKS_KIND)),
             )
             for v in json.loads(text)
         ]

@@ -44,11 +44,13 @@ from triton_tts.bls import (
     read_request,
     word_tensors,
 )
+from triton_tts.client.voices import VoiceInfo
 from triton_tts.config_parameters import string_parameters
 from triton_tts.errors import RequestErrors, request_id
 from triton_tts.loopback import Loopback
 from triton_tts.metrics import TTSMetrics
 from triton_tts.pacing import Pacer, released_by_file
+from triton_tts.xtts.forward import forward, xtts_voice
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 FINALIZE_WAIT_S = 10.0  # under serve's --exit-timeout-secs (20 s)
@@ -95,6 +97,12 @@ class TritonPythonModel:
         for request in requests:
             started = time.monotonic()
             rid = request_id(request)
+            xtts = xtts_voice(request, self.settings)
+            if xtts is not None:  # the whole request to the voice's XTTS model, relayed
+                with self.lock:
+                    self.active += 1
+                self.streams.submit(self._xtts, request, xtts, rid, started)
+                continue
             try:
                 # In a burst, each first chunk is shorter the more are waiting ahead of it.
                 scale = self.ledger.load().first_chunk_scale if self.lead_s > 0 else 1.0
@@ -131,6 +139,44 @@ class TritonPythonModel:
             failure = traceback.format_exc()
             pb_utils.Logger.log_error(f"tts_stream: stream {request_id(request)} failed:\n{failure}")
             raise
+
+    def _xtts(self, request: Any, voice: VoiceInfo, rid: str, started: float) -> None:
+        """An XTTS voice's chunks as its model sends them (not paced: XTTS makes audio at
+        its own rate, and its slots bound the work)."""
+        sender = request.get_response_sender()
+        sent_final, sent, samples, rate = False, 0, 0, voice.sample_rate
+        try:
+            with self.metrics.in_flight():
+                cancellation = Cancellation(sender.is_cancelled, request.timeout())
+                for audio, rate, last in forward(request, voice, rid, cancellation):
+                    response = pb_utils.InferenceResponse(
+                        output_tensors=[
+                            pb_utils.Tensor("AUDIO", audio[None, :]),
+                            pb_utils.Tensor("SAMPLE_RATE", np.array([[rate]], dtype=np.int32)),
+                            pb_utils.Tensor("CHUNK_INDEX", np.array([[sent]], dtype=np.int32)),
+                            pb_utils.Tensor("IS_LAST", np.array([[last]], dtype=np.bool_)),
+                        ]
+                    )
+                    sender.send(response, flags=FINAL if last else 0)
+                    sent_final = last
+                    if not sent:
+                        self.metrics.record_first_chunk(voice.name, time.monotonic() - started)
+                    sent, samples = sent + 1, samples + audio.size
+            characters = len(pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy().reshape(-1)[0])
+            self.metrics.record_ok(voice.name, characters, samples / rate, time.monotonic() - started, sent)
+        except Exception as err:
+            self.metrics.record_error(outcome(err))
+            gone = isinstance(err, RequestCancelled) and not err.timed_out
+            if not sent_final and not gone:
+                sender.send(error_response(self.errors, rid, err))
+        finally:
+            try:
+                if not sent_final:
+                    sender.send(flags=FINAL)
+            finally:
+                with self.lock:
+                    self.active -= 1
+                    self.lock.notify_all()
 
     def _send_chunks(self, request: Any, long_text: LongTextRequest, work: Work, started: float) -> None:
         sender = request.get_response_sender()

@@ -1,0 +1,115 @@
+"""``tts`` and ``tts_stream`` for an XTTS voice: the request goes on whole to the voice's
+decoupled model (it segments the text and batches across requests itself), by BLS, and
+its chunks come back as they are made.
+
+What the long-text models take and XTTS does not (NOISE_SCALE, NOISE_W, TIMESTAMPS, SSML)
+is refused by name. SPEAKER_ID picks a named speaker by its index in the voice's list
+(``triton-tts voices`` shows them; the gateway's ``voice:speaker`` names them), else
+REFERENCE_AUDIO with REFERENCE_SAMPLE_RATE clones a clip; LANGUAGE, SPEED, TEMPERATURE
+and SEED go on as sent. The XTTS model's own errors come back with their codes (a bad clip: INVALID_ARG,
+a full model: UNAVAILABLE). Only importable inside Triton's Python backend.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from triton_tts.bls import ChunkFailed, LongTextSettings, RequestCancelled
+from triton_tts.client.voices import XTTS_KIND, VoiceInfo
+from triton_tts.validation import InvalidRequest
+from triton_tts.xtts.runner import FloatArray
+
+PASSED_ON = ("SPEED", "LANGUAGE", "REFERENCE_AUDIO", "REFERENCE_SAMPLE_RATE", "TEMPERATURE", "SEED")
+NOT_FOR_XTTS = ("NOISE_SCALE", "NOISE_W")
+TAGGED = re.compile(r"^\[([A-Z_]+)\] ")
+
+
+def xtts_voice(request: Any, settings: LongTextSettings) -> VoiceInfo | None:
+    """The request's voice when it is an XTTS voice (VOICE names it, or it is the default),
+    else None (an unknown VOICE too: read_request refuses it in its own words)."""
+    tensor = pb_utils.get_input_tensor_by_name(request, "VOICE")
+    values = tensor.as_numpy().reshape(-1) if tensor is not None else np.array([b""], dtype=np.object_)
+    if values.size != 1:
+        return None
+    raw = values[0]
+    name = (raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)).strip()
+    voice = next((v for v in settings.voices if v.name == name), None) if name else settings.voices[0]
+    return voice if voice is not None and voice.kind == XTTS_KIND else None
+
+
+def _flag(request: Any, name: str) -> Any:
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    return None if tensor is None else tensor.as_numpy().reshape(-1)[0]
+
+
+def xtts_inputs(request: Any, voice: VoiceInfo) -> list[Any]:
+    """The XTTS model's inputs from a long-text request (batch dimension taken off)."""
+    for name in NOT_FOR_XTTS:
+        if pb_utils.get_input_tensor_by_name(request, name) is not None:
+            raise InvalidRequest(f"{name}: voice {voice.name!r} is an XTTS voice, which has no {name}")
+    if bool(_flag(request, "TIMESTAMPS")):
+        raise InvalidRequest(f"TIMESTAMPS: voice {voice.name!r} (XTTS) has no word timestamps")
+    text_format = _flag(request, "TEXT_FORMAT")
+    if isinstance(text_format, bytes) and text_format.decode("utf-8", "replace").strip().lower() == "ssml":
+        raise InvalidRequest(f"TEXT_FORMAT ssml: voice {voice.name!r} (XTTS) reads plain text")
+    text = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy().reshape(-1)
+    if text.size != 1:
+        raise InvalidRequest(f"TEXT must hold one string per request, got {text.size}")
+    inputs = [pb_utils.Tensor("TEXT", text.astype(np.object_))]
+    for name in PASSED_ON:
+        tensor = pb_utils.get_input_tensor_by_name(request, name)
+        if tensor is not None:
+            inputs.append(pb_utils.Tensor(name, tensor.as_numpy().reshape(-1)))
+    speaker_id = _flag(request, "SPEAKER_ID")
+    if speaker_id is not None:
+        by_id = {index: name for name, index in voice.speakers.items()}
+        if int(speaker_id) not in by_id:
+            known = ", ".join(f"{i} {n}" for i, n in sorted(by_id.items())) or "none"
+            raise InvalidRequest(f"SPEAKER_ID {int(speaker_id)}: voice {voice.name!r} has speakers {known}")
+        inputs.append(
+            pb_utils.Tensor("SPEAKER", np.array([by_id[int(speaker_id)].encode()], dtype=np.object_))
+        )
+    return inputs
+
+
+def _failure(error: Any) -> ChunkFailed:
+    message = str(error.message())
+    tagged = TAGGED.match(message)
+    code = error.code() if hasattr(error, "code") else None
+    if tagged:
+        message = message[tagged.end() :]
+        code = getattr(pb_utils.TritonError, tagged.group(1), code)
+    return ChunkFailed(message, code)
+
+
+def forward(
+    request: Any, voice: VoiceInfo, request_id: str, cancelled: Any
+) -> Iterator[tuple[FloatArray, int, bool]]:
+    """The voice's chunks (audio, rate, is it the last) in order; ends at the model's final
+    response, or (RequestCancelled) when ``cancelled()`` says the client went away."""
+    responses = pb_utils.InferenceRequest(
+        model_name=voice.model,
+        requested_output_names=["AUDIO", "SAMPLE_RATE", "IS_LAST"],
+        inputs=xtts_inputs(request, voice),
+        request_id=request_id,
+    ).exec(decoupled=True)
+    sent = 0
+    for response in responses:
+        if response.has_error():
+            raise _failure(response.error())
+        audio = pb_utils.get_output_tensor_by_name(response, "AUDIO")
+        if audio is None:  # the final flag alone
+            continue
+        rate = int(pb_utils.get_output_tensor_by_name(response, "SAMPLE_RATE").as_numpy().reshape(-1)[0])
+        last = bool(pb_utils.get_output_tensor_by_name(response, "IS_LAST").as_numpy().reshape(-1)[0])
+        yield audio.as_numpy().reshape(-1).astype(np.float32, copy=False), rate, last
+        sent += 1
+        # After the last chunk the caller has sent its final flag: its sender is gone, and
+        # asking it (is_cancelled) would crash Triton 2.51.
+        if not last and cancelled():
+            raise RequestCancelled(cancelled.reason or "request cancelled", sent, sent)
