@@ -7,7 +7,8 @@
 # admission would take of the GPU: the best batch's audio seconds per second, what the
 # start-up capacity burst's batches reach, and the listeners admitted at the default headroom.
 # Unproven by it: Triton's native backends and TensorRT itself (not on the lent machine).
-# Writes its JSON to ${OUT:-results}/gpu_vocoder.json.
+# Then XTTS v2's decode step against batch size (benchmarks/gpu_xtts_step.py).
+# Writes its JSON to ${OUT:-results}/gpu_vocoder.json and gpu_xtts_step.json.
 set -euo pipefail
 OUT_DIR="${OUT:-results}"
 mkdir -p "$OUT_DIR"
@@ -21,3 +22,5 @@ MAX_FRAMES=$(python3 -c "import json; from triton_tts.limits import frame_budget
 v = json.load(open('voices/joe/voice.json')); print(frame_budget(v['sample_rate'], v['hop_length']))")
 PYTHONUNBUFFERED=1 python3 -m benchmarks.gpu_vocoder_check \
   --vocoder voices/joe/vocoder.onnx --out "$OUT_DIR/gpu_vocoder.json" --max-frames "$MAX_FRAMES" "$@"
+# XTTS v2's decode step against batch size (a stand-in of the exported GPT's shape, PyTorch).
+PYTHONUNBUFFERED=1 python3 -m benchmarks.gpu_xtts_step --out "$OUT_DIR/gpu_xtts_step.json"

@@ -507,7 +507,7 @@ def _broken_input(args: argparse.Namespace) -> str | None:
     if args.command in ("serve", "build-repo") and not folders and not getattr(args, "no_build", False):
         folders = [paths.default_voice_dir()]
     again = "export the voice again (triton-tts export)"
-    for folder in folders:
+    for folder in (f for f in folders if not (f / "xtts.json").is_file()):  # XTTS: its own card
         try:
             Voice.load(folder)
         except (OSError, ValueError, TypeError) as err:

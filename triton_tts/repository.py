@@ -200,8 +200,8 @@ def build_repository(
 
     xtts_dirs = [d for d in dirs if is_xtts_folder(d)]
     dirs = [d for d in dirs if not is_xtts_folder(d)]
-    if not dirs:
-        raise ValueError("a repository serves at least one voice besides XTTS ones (the default voice first)")
+    if not dirs:  # the long-text models' default voice is a chunk voice: the bundled one
+        dirs = [ensure_default_voice()]
     voices = [(Voice.load(d), d) for d in dirs]
     options = with_voices(options or BuildOptions(), voices)
     options = replace(options, cloned=tuple(xtts_info(i, d) for i, d in enumerate(xtts_dirs)))
