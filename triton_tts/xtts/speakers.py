@@ -13,13 +13,14 @@ import argparse
 import re
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from triton_tts.xtts.card import is_xtts_folder
-from triton_tts.xtts.clips import ClipSettings, check_clip
-from triton_tts.xtts.runner import ClipRefused, Conditioning, FloatArray, XttsRunner
+
+if TYPE_CHECKING:  # onnxruntime: not in the base install, whose CLI registers this command
+    from triton_tts.xtts.runner import Conditioning, FloatArray
 
 SPEAKERS_DIR = "speakers"
 # Coqui's studio speaker names have spaces ("Claribel Dervla"): letters, digits, space, . _ -
@@ -52,6 +53,8 @@ def save_speaker(folder: Path, name: str, conditioning: Conditioning) -> Path:
 
 
 def load_speaker(path: Path) -> Conditioning:
+    from triton_tts.xtts.runner import Conditioning
+
     with np.load(path) as data:
         return Conditioning(
             style=data["STYLE"].astype(np.float32), speaker=data["SPEAKER"].astype(np.float32)
@@ -69,6 +72,8 @@ def speaker_names(folder: Path) -> list[str]:
 def from_coqui(speakers: dict[str, Any]) -> dict[str, Conditioning]:
     """Coqui's ``speaker_manager.speakers`` of an XTTS (name -> gpt_cond_latent (1, 32, D),
     speaker_embedding (1, 512, 1), torch tensors) as conditionings."""
+    from triton_tts.xtts.runner import Conditioning
+
     out = {}
     for name, entry in speakers.items():
         style = np.asarray(entry["gpt_cond_latent"].detach().cpu().float().numpy(), dtype=np.float32)
@@ -114,6 +119,8 @@ def read_clip(path: Path, rate: int) -> FloatArray:
     import soundfile as sf
     import soxr
 
+    from triton_tts.xtts.clips import ClipSettings, check_clip
+
     audio, file_rate = sf.read(str(path), dtype="float32", always_2d=True)
     mono = np.asarray(audio.mean(axis=1), dtype=np.float32)
     check_clip(mono, int(file_rate), ClipSettings())
@@ -123,6 +130,8 @@ def read_clip(path: Path, rate: int) -> FloatArray:
 
 
 def add_speaker(folder: Path, name: str, clip: Path) -> Path:
+    from triton_tts.xtts.runner import XttsRunner
+
     runner = XttsRunner(folder)
     return save_speaker(folder, name, runner.conditioning(read_clip(clip, runner.card.conditioning_rate)))
 
@@ -143,6 +152,8 @@ def add_command(sub: Any, defaults: type[argparse.HelpFormatter]) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
+    from triton_tts.xtts.runner import ClipRefused
+
     if not is_xtts_folder(args.voice):
         raise SystemExit(f"{args.voice} is not an XTTS voice folder (no xtts.json)")
     if args.action == "list":
