@@ -103,8 +103,18 @@ class Scheduler:
         self.waiting.put(job)
 
     def stop(self, timeout: float = 10.0) -> None:
+        """End the loop; every job still live or waiting ends with an error (its request
+        gets its final flag), so an unload leaves no request unanswered."""
         self.stopping = True
         self.thread.join(timeout)
+        unloading = RuntimeError("the XTTS model is unloading")
+        for job in list(self.jobs):
+            self._end(job, unloading)
+        while True:
+            try:
+                self.waiting.get_nowait().finish(unloading)
+            except queue.Empty:
+                break
 
     def statistics(self) -> dict[str, int]:
         with self.lock:
