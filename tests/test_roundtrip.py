@@ -91,6 +91,12 @@ def test_model_metadata_names_the_contract(http) -> None:
         "NORMALIZE": "BOOL",
         "TIMESTAMPS": "BOOL",
         "TEXT_FORMAT": "BYTES",
+        # passed on to an XTTS voice's model (triton_tts/xtts/forward.py)
+        "LANGUAGE": "BYTES",
+        "REFERENCE_AUDIO": "FP32",
+        "REFERENCE_SAMPLE_RATE": "INT32",
+        "TEMPERATURE": "FP32",
+        "SEED": "INT64",
     }
     assert outputs == {"AUDIO": "FP32", "SAMPLE_RATE": "INT32", "WORDS": "BYTES", "WORD_TIMES": "FP32"}
 
