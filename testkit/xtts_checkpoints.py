@@ -146,3 +146,16 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def voiced_clip(seed: int, seconds: float, rate: int = 22050) -> Any:
+    """A voiced reference clip (float32): a pitch track with harmonics, noise and a level
+    of its own per seed."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(seconds * rate)) / rate
+    pitch = rng.uniform(90, 250) * (1 + 0.2 * np.sin(2 * np.pi * rng.uniform(0.3, 2) * t))
+    phase = 2 * np.pi * np.cumsum(pitch) / rate
+    tone = sum(np.sin(k * phase + rng.uniform(0, 6)) * rng.uniform(0.1, 1) for k in range(1, 10))
+    return (rng.uniform(0.05, 0.3) * tone + rng.standard_normal(t.shape[0]) * 0.03).astype(np.float32)

@@ -19,7 +19,7 @@ import numpy.typing as npt
 import pytest
 import torch
 
-from testkit.xtts_checkpoints import build_xtts
+from testkit.xtts_checkpoints import build_xtts, voiced_clip
 from triton_tts.export.coqui.cli import main as export_main
 from triton_tts.export.coqui.loading import load
 from triton_tts.export.coqui.xtts.export import (
@@ -68,16 +68,8 @@ def voice(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def clip(seed: int, seconds: float, rate: int = 22050) -> FloatArray:
-    """A clip unlike the gate's: another pitch track, noise and level per seed."""
-    rng = np.random.default_rng(seed)
-    t = np.arange(int(seconds * rate)) / rate
-    pitch = rng.uniform(90, 250) * (1 + 0.2 * np.sin(2 * np.pi * rng.uniform(0.3, 2) * t))
-    phase = 2 * np.pi * np.cumsum(pitch) / rate
-    tone = sum(np.sin(k * phase + rng.uniform(0, 6)) * rng.uniform(0.1, 1) for k in range(1, 10))
-    signal: FloatArray = (rng.uniform(0.05, 0.3) * tone + rng.standard_normal(t.shape[0]) * 0.03).astype(
-        np.float32
-    )
-    return signal
+    clip_audio: FloatArray = voiced_clip(seed, seconds, rate)
+    return clip_audio
 
 
 def coqui_conditioning(model: Any, audio: FloatArray) -> tuple[torch.Tensor, torch.Tensor]:

@@ -27,10 +27,11 @@ import soxr
 import tritonclient.grpc as grpcclient
 from google.protobuf import text_format
 
-from testkit.xtts_checkpoints import build_xtts
+from testkit.xtts_checkpoints import build_xtts, voiced_clip
 from tests.helpers import metric_total, wait_until
 from triton_tts.cli import main as cli_main
 from triton_tts.export.coqui.cli import main as export_main
+from triton_tts.export.coqui.xtts.export import snr_db
 from triton_tts.server import TritonServer, default_voice_server, free_port
 from triton_tts.xtts.card import Sampling
 from triton_tts.xtts.runner import Conditioning, XttsRunner
@@ -45,14 +46,8 @@ GREEDY = Sampling(temperature=0.0, repetition_penalty=1.0)
 
 
 def clip(seed: int, seconds: float, rate: int = 22050) -> FloatArray:
-    """A voiced clip: a pitch track with harmonics and noise, different per seed."""
-    rng = np.random.default_rng(seed)
-    t = np.arange(int(seconds * rate)) / rate
-    pitch = rng.uniform(90, 250) * (1 + 0.2 * np.sin(2 * np.pi * rng.uniform(0.3, 2) * t))
-    phase = 2 * np.pi * np.cumsum(pitch) / rate
-    tone = sum(np.sin(k * phase + rng.uniform(0, 6)) * rng.uniform(0.1, 1) for k in range(1, 10))
-    noise = rng.standard_normal(t.shape[0]) * 0.03
-    return np.asarray(rng.uniform(0.05, 0.3) * tone + noise, dtype=np.float32)
+    clip_audio: FloatArray = voiced_clip(seed, seconds, rate)
+    return clip_audio
 
 
 STUDIO = "Studio One"  # a speaker of the checkpoint's speakers_xtts.pth, as Coqui ships them
@@ -263,12 +258,6 @@ def test_a_streamed_synthesis_with_a_reference_clip(xtts_server: TritonServer, r
 
 def xtts_server_voice(server: TritonServer) -> Path:
     return Path(server.model_repository) / "xtts" / "1"
-
-
-def snr_db(signal: FloatArray, other: FloatArray) -> float:
-    n = min(signal.shape[0], other.shape[0])
-    noise = float(np.sum((signal[:n] - other[:n]) ** 2)) + 1e-20
-    return 10 * float(np.log10(float(np.sum(signal[:n] ** 2)) / noise))
 
 
 def greedy_expected(

@@ -52,7 +52,8 @@ def read_text(request: Any, limit: int, keep: str = "") -> str:
     return decode_text(raw[0], limit=limit, keep=keep)
 
 
-def _one(request: Any, name: str) -> Any | None:
+def one_value(request: Any, name: str) -> Any | None:
+    """An optional input's one value (None when left out), or InvalidRequest."""
     tensor = pb_utils.get_input_tensor_by_name(request, name)
     if tensor is None:
         return None
@@ -63,14 +64,14 @@ def _one(request: Any, name: str) -> Any | None:
 
 
 def _number(request: Any, name: str) -> float | None:
-    value = _one(request, name)
+    value = one_value(request, name)
     return None if value is None else float(value)
 
 
 def read_options(request: Any, voices: Mapping[str, int]) -> RequestOptions:
     """Check VOICE against ``voices`` (name -> speakers, the default first), then SPEED,
     SPEAKER_ID, NOISE_SCALE, NOISE_W, NORMALIZE and TIMESTAMPS."""
-    name = _one(request, "VOICE")
+    name = one_value(request, "VOICE")
     if isinstance(name, bytes):
         name = name.decode("utf-8", "replace")
     voice = check_voice("" if name is None else str(name), list(voices))
@@ -78,9 +79,9 @@ def read_options(request: Any, voices: Mapping[str, int]) -> RequestOptions:
     speaker = _number(request, "SPEAKER_ID")
     noise_scale = _number(request, "NOISE_SCALE")
     noise_w = _number(request, "NOISE_W")
-    normalize = _one(request, "NORMALIZE")
-    timestamps = _one(request, "TIMESTAMPS")
-    text_format = _one(request, "TEXT_FORMAT")
+    normalize = one_value(request, "NORMALIZE")
+    timestamps = one_value(request, "TIMESTAMPS")
+    text_format = one_value(request, "TEXT_FORMAT")
     if isinstance(text_format, bytes):
         text_format = text_format.decode("utf-8", "replace")
     return RequestOptions(

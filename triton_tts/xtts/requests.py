@@ -11,7 +11,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from triton_tts.request_options import read_text
+from triton_tts.request_options import one_value, read_text
 from triton_tts.validation import InvalidRequest
 from triton_tts.xtts.card import Sampling, XttsCard
 from triton_tts.xtts.runner import FloatArray
@@ -47,13 +47,10 @@ class Controls:
 
 
 def _one(request: Any, name: str) -> Any | None:
-    tensor = pb_utils.get_input_tensor_by_name(request, name)
-    if tensor is None:
+    """:func:`one_value` as a Python value (text decoded)."""
+    value = one_value(request, name)
+    if value is None:
         return None
-    values = tensor.as_numpy().reshape(-1)
-    if values.size != 1:
-        raise InvalidRequest(f"{name} must hold one value, got {values.size}")
-    value = values[0]
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value.item()
 
 

@@ -56,6 +56,19 @@ FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 FINALIZE_WAIT_S = 10.0  # under serve's --exit-timeout-secs (20 s)
 
 
+def chunk_response(audio: Any, rate: int, index: int, last: bool, words: list[Any] | None = None) -> Any:
+    """One chunk's response: AUDIO, SAMPLE_RATE, CHUNK_INDEX, IS_LAST (and its words)."""
+    return pb_utils.InferenceResponse(
+        output_tensors=[
+            pb_utils.Tensor("AUDIO", audio[None, :]),
+            pb_utils.Tensor("SAMPLE_RATE", np.array([[rate]], dtype=np.int32)),
+            pb_utils.Tensor("CHUNK_INDEX", np.array([[index]], dtype=np.int32)),
+            pb_utils.Tensor("IS_LAST", np.array([[last]], dtype=np.bool_)),
+            *(words or []),
+        ]
+    )
+
+
 class TritonPythonModel:
     def initialize(self, args: dict[str, str]) -> None:
         config = json.loads(args["model_config"])
@@ -149,15 +162,7 @@ class TritonPythonModel:
             with self.metrics.in_flight():
                 cancellation = Cancellation(sender.is_cancelled, request.timeout())
                 for audio, rate, last in forward(request, voice, rid, cancellation):
-                    response = pb_utils.InferenceResponse(
-                        output_tensors=[
-                            pb_utils.Tensor("AUDIO", audio[None, :]),
-                            pb_utils.Tensor("SAMPLE_RATE", np.array([[rate]], dtype=np.int32)),
-                            pb_utils.Tensor("CHUNK_INDEX", np.array([[sent]], dtype=np.int32)),
-                            pb_utils.Tensor("IS_LAST", np.array([[last]], dtype=np.bool_)),
-                        ]
-                    )
-                    sender.send(response, flags=FINAL if last else 0)
+                    sender.send(chunk_response(audio, rate, sent, last), flags=FINAL if last else 0)
                     sent_final = last
                     if not sent:
                         self.metrics.record_first_chunk(voice.name, time.monotonic() - started)
@@ -206,15 +211,7 @@ class TritonPythonModel:
                     if clock is not None
                     else []
                 )
-                response = pb_utils.InferenceResponse(
-                    output_tensors=[
-                        pb_utils.Tensor("AUDIO", audio[None, :]),
-                        pb_utils.Tensor("SAMPLE_RATE", np.array([[rate]], dtype=np.int32)),
-                        pb_utils.Tensor("CHUNK_INDEX", np.array([[index]], dtype=np.int32)),
-                        pb_utils.Tensor("IS_LAST", np.array([[last]], dtype=np.bool_)),
-                        *words,
-                    ]
-                )
+                response = chunk_response(audio, rate, index, last, words)
                 # After the final flag the sender is gone: not even is_cancelled() may be
                 # called on it (Triton 2.51 crashes).
                 sender.send(response, flags=FINAL if last else 0)
