@@ -22,7 +22,7 @@ _T = TypeVar("_T")
 # The default voice's (joe's) chunk budget as triton_tts/limits.py measures it; a build
 # measures every voice it serves.
 DEFAULT_CHUNK_LIMITS = ChunkLimits(
-    MAX_CHUNK_IDS, 4160, ((0.0, 3.716), (1.0, 3.951), (2.0, 15.506)), seconds_per_char=0.0729
+    MAX_CHUNK_IDS, 4160, ((0.0, 3.716), (1.0, 3.951), (2.0, 15.506)), seconds_per_char=0.0526
 ).to_json()
 DEFAULT_VOICE = VoiceInfo(
     "joe", "en-us", 22050, {}, chunk_limits=json.loads(DEFAULT_CHUNK_LIMITS), timestamps=True
