@@ -198,6 +198,7 @@ def xtts_inputs(
         "SEED": ("INT64", np.int64),
         "LANGUAGE": ("BYTES", object),
         "SPEAKER": ("BYTES", object),
+        "STORE_SPEAKER": ("BOOL", np.bool_),
     }
     for name, value in controls.items():
         kind, dtype = types.get(name, ("FP32", np.float32))
@@ -562,3 +563,83 @@ def test_the_gateway_speaks_with_a_stored_speaker(xtts_server: TritonServer) -> 
             assert (
                 rate == 24000 and audio.shape[0] >= 1024
             )  # a code's audio at least (sampling may stop early)
+
+
+def test_a_clip_uploaded_to_the_gateway_becomes_a_speaker(
+    xtts_server: TritonServer, runner: XttsRunner
+) -> None:
+    """POST /v1/audio/voices/xtts/speakers (multipart, keyed): the clip, mixed to mono and
+    resampled, is stored as a named speaker in the server's voice folder, and the OpenAI
+    SDK speaks with it as ``xtts:<name>`` though the build never listed it. A second
+    upload of the name is 409; bad uploads are 400s naming their field; an unknown
+    voice 404; a body past the upload limit 413; a gateway without keys takes none."""
+    import io
+
+    import openai
+    import requests
+
+    from tests.helpers import running_gateway
+
+    key = "upload-key"
+    voiced = clip(44, 4.0, 16000)
+    stereo = np.stack([voiced, 0.5 * voiced], axis=1)
+    wav = io.BytesIO()
+    sf.write(wav, stereo, 16000, format="WAV", subtype="FLOAT")
+    clip_file = ("ana.wav", wav.getvalue(), "audio/wav")
+    silent = io.BytesIO()
+    sf.write(silent, np.zeros(32000, dtype=np.float32), 16000, format="WAV")
+    with running_gateway(xtts_server.grpc_url, env={"TRITON_TTS_API_KEY": key}) as base:
+        url = f"{base}/v1/audio/voices/xtts/speakers"
+        auth = {"Authorization": f"Bearer {key}"}
+
+        def upload(
+            name: Any, file: Any = clip_file, to: str = url, field: str = "file", **extra: Any
+        ) -> requests.Response:
+            files = {field: file}
+            data = {"name": name} if name is not None else {}
+            return requests.post(to, headers=auth, files=files, data={**data, **extra}, timeout=120)
+
+        assert requests.post(url, files={"file": clip_file}, data={"name": "ana"}).status_code == 401
+        stored = upload("ana")
+        assert stored.status_code == 201, stored.text
+        assert stored.json() == {"voice": "xtts", "speaker": "ana", "use": "xtts:ana", "seconds": 4.0}
+        kept = load_speaker(speaker_file(xtts_server_voice(xtts_server), "ana"))
+        mono = np.asarray(soxr.resample(stereo.mean(axis=1).astype(np.float32), 16000, 22050), np.float32)
+        np.testing.assert_allclose(kept.speaker, runner.conditioning(mono).speaker, atol=1e-4)
+        np.testing.assert_allclose(kept.style, runner.conditioning(mono).style, atol=1e-4)
+        sdk = openai.OpenAI(base_url=f"{base}/v1", api_key=key, max_retries=0)
+        speech = sdk.audio.speech.create(
+            model="tts-1", voice="xtts:ana", input="Hello, Ana.", response_format="wav"
+        )
+        audio, rate = sf.read(io.BytesIO(speech.content), dtype="float32")
+        assert rate == 24000 and audio.shape[0] >= 1024
+        with pytest.raises(openai.BadRequestError, match="nobody"):
+            sdk.audio.speech.create(model="tts-1", voice="xtts:nobody", input="Hello.", response_format="wav")
+        again = upload("ana")
+        assert again.status_code == 409 and again.json()["error"]["code"] == "speaker_exists"
+        for response, status, field, words in (
+            (upload("quiet", ("q.wav", silent.getvalue(), "audio/wav")), 400, "file", "silent"),
+            (upload("text", ("t.wav", b"not audio at all", "audio/wav")), 400, "file", "not an audio file"),
+            (upload(None), 400, "name", "'name' is required"),
+            (upload("a/b"), 400, "name", "speaker name"),
+            (upload("extra", extra="1"), 400, "extra", "extra"),
+            (upload("nofile", field="clip"), 400, "file", "one file field"),
+            (upload("ana2", to=f"{base}/v1/audio/voices/joe/speakers"), 400, "voice", "does not clone"),
+            (upload("ana3", to=f"{base}/v1/audio/voices/nobody/speakers"), 404, None, "no voice"),
+        ):
+            error = response.json()["error"]
+            assert response.status_code == status and error["param"] == field and words in error["message"], (
+                response.status_code,
+                error,
+            )
+        huge = upload("huge", ("h.wav", b"\0" * (13 * 1024 * 1024), "audio/wav"))
+        assert huge.status_code == 413
+        assert not speaker_file(xtts_server_voice(xtts_server), "quiet").exists()
+    with running_gateway(xtts_server.grpc_url) as open_base:
+        refused = requests.post(
+            f"{open_base}/v1/audio/voices/xtts/speakers", files={"file": clip_file}, data={"name": "x"}
+        )
+        assert refused.status_code == 403 and refused.json()["error"]["code"] == "uploads_need_keys"
+    # The model itself: a store names its speaker and carries no text.
+    _, errors = stream_xtts(xtts_server.grpc_url, xtts_inputs("Hello.", voiced, 16000, STORE_SPEAKER=True))
+    assert len(errors) == 1 and "INVALID_ARG" in errors[0] and "needs SPEAKER" in errors[0]

@@ -27,8 +27,11 @@ import triton_python_backend_utils as pb_utils
 
 # Codes a client can act on: fix the request, retry later, or it stopped the request
 # itself. (Names, not values: pb_utils.TritonError exists only once the stub has started.)
-_CLIENT_SIDE = ("INVALID_ARG", "UNAVAILABLE", "CANCELLED")
-_CODES = ("UNKNOWN", "INTERNAL", "NOT_FOUND", "INVALID_ARG", "UNAVAILABLE", "UNSUPPORTED", "CANCELLED")
+_CLIENT_SIDE = ("INVALID_ARG", "UNAVAILABLE", "CANCELLED", "ALREADY_EXISTS")
+_CODES = (
+    "UNKNOWN", "INTERNAL", "NOT_FOUND", "INVALID_ARG", "UNAVAILABLE", "UNSUPPORTED",
+    "ALREADY_EXISTS", "CANCELLED",
+)  # fmt: skip
 
 
 def _code_name(code: int) -> str:

@@ -463,8 +463,10 @@ def xtts(name: str) -> mc.ModelConfig:
     time from Triton (max_batch_size 0), batched across requests inside, between decode
     steps."""
     config = mc.ModelConfig(name=name, backend="python", max_batch_size=0)
-    _tensor(config.input, "TEXT", mc.TYPE_STRING, [1])
+    _tensor(config.input, "TEXT", mc.TYPE_STRING, [1], optional=True)  # a speaker's store has none
     _tensor(config.input, "LANGUAGE", mc.TYPE_STRING, [1], optional=True)
+    # True: store REFERENCE_AUDIO's conditioning as the named SPEAKER (one empty last chunk)
+    _tensor(config.input, "STORE_SPEAKER", mc.TYPE_BOOL, [1], optional=True)
     _tensor(config.input, "REFERENCE_AUDIO", mc.TYPE_FP32, [-1], optional=True)
     _tensor(config.input, "REFERENCE_SAMPLE_RATE", mc.TYPE_INT32, [1], optional=True)
     _tensor(config.input, "SPEAKER", mc.TYPE_STRING, [1], optional=True)  # a named speaker, not a clip

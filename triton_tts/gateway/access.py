@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 from typing import Any
 
 from starlette.requests import Request
@@ -16,19 +17,23 @@ from triton_tts.gateway.settings import GatewaySettings
 
 
 class BodyLimit:
-    """ASGI middleware: 413 for a request body over ``limit`` bytes, counted as it arrives
-    (a Content-Length over the limit is refused before reading)."""
+    """ASGI middleware: 413 for a request body over ``limit`` bytes (or the limit of the
+    first ``uploads`` pattern its path matches), counted as it arrives (a Content-Length
+    over the limit is refused before reading)."""
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self.app, self.limit = app, limit
+    def __init__(
+        self, app: ASGIApp, limit: int, uploads: tuple[tuple[re.Pattern[str], int], ...] = ()
+    ) -> None:
+        self.app, self.default, self.uploads = app, limit, uploads
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        too_big = ApiError(413, f"the request body is over {self.limit} bytes", "request_too_large")
+        limit = next((n for pattern, n in self.uploads if pattern.fullmatch(scope["path"])), self.default)
+        too_big = ApiError(413, f"the request body is over {limit} bytes", "request_too_large")
         length = dict(scope["headers"]).get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.limit:
+        if length is not None and length.isdigit() and int(length) > limit:
             await too_big.answer(scope, receive, send)
             return
         seen = 0
@@ -38,7 +43,7 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.limit:
+                if seen > limit:
                     raise too_big
             return message
 

@@ -9,6 +9,8 @@ Routes:
                                times, whole or as JSON lines (triton_tts.gateway.captioned)
   GET  /v1/models[/{id}]       the model ids it answers to
   GET  /v1/audio/voices        served voices, their speakers, and the OpenAI voice aliases
+  POST /v1/audio/voices/{voice}/speakers   a clip stored as a named speaker of an XTTS
+                               voice (multipart; keyed gateways only: triton_tts.gateway.speakers)
   WS   /v1/audio/speech/ws     text in; a JSON header, 16-bit PCM chunks, a JSON end out
                                (triton_tts.gateway.speech_socket)
   GET  /                       the listening page (static/)
@@ -44,7 +46,7 @@ from starlette.types import Send
 from starlette.websockets import WebSocket
 
 from triton_tts.client import NO_RETRIES, AsyncTTSClient, AudioChunk, TTSError
-from triton_tts.gateway import audio, captioned
+from triton_tts.gateway import audio, captioned, speakers
 from triton_tts.gateway.access import ApiKeys, BodyLimit, caller_of, key_of
 from triton_tts.gateway.errors import ApiError, from_tts_error
 from triton_tts.gateway.metrics import GatewayMetrics, SpeechMetrics, Synthesis
@@ -316,6 +318,9 @@ class Gateway:
             raise ApiError(404, f"no model {model_id!r}; this server answers to: {known}", "model_not_found")
         return JSONResponse(_model(model_id))
 
+    async def add_speaker(self, request: Request) -> Response:
+        return await speakers.add_speaker(request, self.settings, self.voices, self.client)
+
     async def voice_list(self, request: Request) -> Response:
         return JSONResponse(await self.voices.listing())
 
@@ -358,7 +363,11 @@ def create_app(settings: GatewaySettings) -> Starlette:
     middleware = [
         # outermost but CORS: it counts what the two below refuse too
         Middleware(SpeechMetrics, metrics=metrics),
-        Middleware(BodyLimit, limit=settings.max_body_bytes),
+        Middleware(
+            BodyLimit,
+            limit=settings.max_body_bytes,
+            uploads=((speakers.UPLOAD_PATH, settings.max_upload_bytes),),
+        ),
         Middleware(ApiKeys, settings=settings),
     ]
     if settings.cors_origins:
@@ -376,6 +385,7 @@ def create_app(settings: GatewaySettings) -> Starlette:
         Route("/v1/models", gateway.models),
         Route("/v1/models/{model:path}", gateway.model),
         Route("/v1/audio/voices", gateway.voice_list),
+        Route("/v1/audio/voices/{voice}/speakers", gateway.add_speaker, methods=["POST"]),
         WebSocketRoute("/v1/audio/speech/ws", gateway.socket),
         Route("/health/live", gateway.live),
         Route("/health/ready", gateway.ready),

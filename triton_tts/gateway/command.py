@@ -47,6 +47,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="largest request body accepted, and largest WebSocket message",
     )
     parser.add_argument(
+        "--max-upload-bytes",
+        type=int,
+        default=DEFAULTS.max_upload_bytes,
+        help="largest speaker clip upload accepted (POST /v1/audio/voices/VOICE/speakers)",
+    )
+    parser.add_argument(
         "--cors-origin",
         action="append",
         metavar="ORIGIN",
@@ -124,6 +130,7 @@ def settings_from(args: argparse.Namespace) -> GatewaySettings:
         api_keys=tuple(_split(os.environ.get(API_KEY_ENV))),
         max_input_chars=args.max_input_chars,
         max_body_bytes=args.max_body_bytes,
+        max_upload_bytes=args.max_upload_bytes,
         # the flags, or else the environment's list (flags replace it, never add to it)
         cors_origins=tuple(args.cors_origin or _split(os.environ.get(CORS_ENV))),
         heartbeat_s=args.heartbeat_s,

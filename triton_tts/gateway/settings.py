@@ -15,6 +15,9 @@ class GatewaySettings:
     # An HTTP body, and a WebSocket message too (uvicorn's ws_max_size): a message past it
     # is refused from its frame header, before it is read.
     max_body_bytes: int = 65536
+    # POST /v1/audio/voices/{voice}/speakers: a reference clip (60 s of 16-bit 48 kHz
+    # stereo WAV is 11 MB; XTTS reads its first 30 s)
+    max_upload_bytes: int = 12 * 1024 * 1024
     cors_origins: tuple[str, ...] = ()  # empty: no CORS headers (browsers allow same origin only)
     heartbeat_s: float = 15.0  # WebSocket: a ping message after this long with nothing sent
     # WebSockets open at once: in all, and per API key (when keys are set). Each holds at

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from triton_tts.client import AsyncTTSClient, TTSError, VoiceInfo
+from triton_tts.client.voices import XTTS_KIND
 from triton_tts.gateway.errors import from_tts_error, invalid
 from triton_tts.gateway.settings import GatewaySettings
 from triton_tts.validation import MAX_SPEED, MIN_SPEED
@@ -54,7 +55,8 @@ class Voices:
 
     async def resolve(self, name: str | None) -> tuple[str, int | None]:
         """``name`` (a served voice, ``voice:speaker`` by speaker name or id, or an alias) ->
-        (voice, speaker id)."""
+        (voice, speaker id). An XTTS voice's speaker that the build did not list (one
+        uploaded since) goes on by name, as VOICE ``voice:speaker``."""
         served = {v.name: v for v in await self.served()}
         wanted = (name or "").strip() or next(iter(served))
         wanted = (await self.aliases()).get(wanted, wanted)
@@ -71,6 +73,9 @@ class Voices:
             SPEAKER_ID.fullmatch(speaker) and int(speaker) in voice.speakers.values()
         ):  # by id, as in tritonclient
             return voice.name, int(speaker)
+        if voice.kind == XTTS_KIND and not SPEAKER_ID.fullmatch(speaker):
+            # a speaker stored since the build (the upload): the server looks it up by name
+            return f"{voice.name}:{speaker}", None
         speakers = ", ".join(sorted(voice.speakers)) or "none"
         raise invalid(f"voice {voice.name!r} has no speaker {speaker!r}; it has: {speakers}", "voice")
 

@@ -3,8 +3,9 @@ decoupled model (it segments the text and batches across requests itself), by BL
 its chunks come back as they are made.
 
 What the long-text models take and XTTS does not (NOISE_SCALE, NOISE_W, TIMESTAMPS, SSML)
-is refused by name. SPEAKER_ID picks a named speaker by its index in the voice's list
-(``triton-tts voices`` shows them; the gateway's ``voice:speaker`` names them), else
+is refused by name. VOICE ``voice:speaker`` picks a named speaker by name (one added
+while serving too: ``triton-tts speakers add`` or the gateway's upload), SPEAKER_ID by
+its index in the voice's list at build (``triton-tts voices`` shows them), else
 REFERENCE_AUDIO with REFERENCE_SAMPLE_RATE clones a clip; LANGUAGE, SPEED, TEMPERATURE
 and SEED go on as sent. The XTTS model's own errors come back with their codes (a bad clip: INVALID_ARG,
 a full model: UNAVAILABLE). Only importable inside Triton's Python backend.
@@ -29,17 +30,31 @@ NOT_FOR_XTTS = ("NOISE_SCALE", "NOISE_W")
 TAGGED = re.compile(r"^\[([A-Z_]+)\] ")
 
 
-def xtts_voice(request: Any, settings: LongTextSettings) -> VoiceInfo | None:
-    """The request's voice when it is an XTTS voice (VOICE names it, or it is the default),
-    else None (an unknown VOICE too: read_request refuses it in its own words)."""
+def _voice_name(request: Any) -> tuple[str, str] | None:
+    """VOICE as (voice, speaker): "narrator" or "narrator:Ana" (a named speaker of an XTTS
+    voice by name, one added while serving too); None for more than one value."""
     tensor = pb_utils.get_input_tensor_by_name(request, "VOICE")
     values = tensor.as_numpy().reshape(-1) if tensor is not None else np.array([b""], dtype=np.object_)
     if values.size != 1:
         return None
     raw = values[0]
     name = (raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)).strip()
+    voice, _, speaker = name.partition(":")
+    return voice.strip(), speaker.strip()
+
+
+def xtts_voice(request: Any, settings: LongTextSettings) -> VoiceInfo | None:
+    """The request's voice when it is an XTTS voice (VOICE names it, as ``voice`` or
+    ``voice:speaker``, or it is the default), else None (an unknown VOICE too:
+    read_request refuses it in its own words)."""
+    named = _voice_name(request)
+    if named is None:
+        return None
+    name, speaker = named
     voice = next((v for v in settings.voices if v.name == name), None) if name else settings.voices[0]
-    return voice if voice is not None and voice.kind == XTTS_KIND else None
+    if voice is None or voice.kind != XTTS_KIND:
+        return None
+    return voice if name or not speaker else None
 
 
 def _flag(request: Any, name: str) -> Any:
@@ -66,6 +81,12 @@ def xtts_inputs(request: Any, voice: VoiceInfo) -> list[Any]:
         if tensor is not None:
             inputs.append(pb_utils.Tensor(name, tensor.as_numpy().reshape(-1)))
     speaker_id = _flag(request, "SPEAKER_ID")
+    named = _voice_name(request)
+    by_name = named[1] if named else ""
+    if by_name and speaker_id is not None:
+        raise InvalidRequest(f"VOICE {voice.name}:{by_name} names a speaker: leave SPEAKER_ID out")
+    if by_name:
+        inputs.append(pb_utils.Tensor("SPEAKER", np.array([by_name.encode()], dtype=np.object_)))
     if speaker_id is not None:
         by_id = {index: name for name, index in voice.speakers.items()}
         if int(speaker_id) not in by_id:

@@ -54,7 +54,39 @@ def _one(request: Any, name: str) -> Any | None:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value.item()
 
 
+def read_clip(request: Any) -> tuple[FloatArray | None, int | None]:
+    """REFERENCE_AUDIO (flattened) and REFERENCE_SAMPLE_RATE; a clip needs its rate."""
+    reference = pb_utils.get_input_tensor_by_name(request, "REFERENCE_AUDIO")
+    rate = _one(request, "REFERENCE_SAMPLE_RATE")
+    clip = None if reference is None else np.asarray(reference.as_numpy(), dtype=np.float32).reshape(-1)
+    if clip is not None and rate is None:
+        raise InvalidRequest("REFERENCE_AUDIO needs REFERENCE_SAMPLE_RATE (INT32, Hz)")
+    return clip, None if rate is None else int(rate)
+
+
+@dataclass(frozen=True)
+class SpeakerToStore:
+    name: str
+    reference: FloatArray | None
+    reference_rate: int | None
+
+
+def read_store(request: Any) -> SpeakerToStore | None:
+    """A request with STORE_SPEAKER true: the name and the clip to store (no TEXT)."""
+    if not _one(request, "STORE_SPEAKER"):
+        return None
+    name = _one(request, "SPEAKER")
+    if name is None:
+        raise InvalidRequest("STORE_SPEAKER needs SPEAKER, the name to store the clip's voice as")
+    if pb_utils.get_input_tensor_by_name(request, "TEXT") is not None:
+        raise InvalidRequest("STORE_SPEAKER stores a voice and says nothing: leave TEXT out")
+    clip, rate = read_clip(request)
+    return SpeakerToStore(str(name), clip, rate)
+
+
 def read_controls(request: Any, card: XttsCard) -> Controls:
+    if pb_utils.get_input_tensor_by_name(request, "TEXT") is None:
+        raise InvalidRequest("TEXT is required (STRING [1]): what to say")
     text = read_text(request, MAX_TEXT_CHARS)
     language = _one(request, "LANGUAGE")
     values = {
@@ -68,11 +100,7 @@ def read_controls(request: Any, card: XttsCard) -> Controls:
         raise InvalidRequest(problems) from None
     chosen = {k: v for k, v in schema.model_dump().items() if v is not None and k != "seed"}
     sampling = replace(card.sampling, **chosen)
-    reference = pb_utils.get_input_tensor_by_name(request, "REFERENCE_AUDIO")
-    rate = _one(request, "REFERENCE_SAMPLE_RATE")
-    clip = None if reference is None else np.asarray(reference.as_numpy(), dtype=np.float32).reshape(-1)
-    if clip is not None and rate is None:
-        raise InvalidRequest("REFERENCE_AUDIO needs REFERENCE_SAMPLE_RATE (INT32, Hz)")
+    clip, rate = read_clip(request)
     speaker = _one(request, "SPEAKER")
     if speaker is not None and clip is not None:
         raise InvalidRequest("give SPEAKER (a named speaker) or REFERENCE_AUDIO (a clip), not both")
@@ -80,7 +108,7 @@ def read_controls(request: Any, card: XttsCard) -> Controls:
         text=text,
         language=str(language) if language is not None else card.languages[0],
         reference=clip,
-        reference_rate=None if rate is None else int(rate),
+        reference_rate=rate,
         speaker=None if speaker is None else str(speaker),
         sampling=sampling,
         seed=int(schema.seed) if schema.seed is not None else int(np.random.default_rng().integers(0, 2**31)),

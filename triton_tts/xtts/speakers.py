@@ -84,6 +84,10 @@ def from_coqui(speakers: dict[str, Any]) -> dict[str, Conditioning]:
     return out
 
 
+class SpeakerExists(ValueError):
+    """A name to store that the voice already has (speakers are not overwritten)."""
+
+
 class SpeakerStore:
     """A voice folder's named speakers, read once each and kept (they are small)."""
 
@@ -112,6 +116,16 @@ class SpeakerStore:
         with self.lock:
             self.known[name] = conditioning
         return conditioning
+
+    def add(self, name: str, conditioning: Conditioning) -> Path:
+        """Store a new speaker in the folder (ValueError: a bad name; SpeakerExists)."""
+        path = speaker_file(self.folder, name)
+        with self.lock:
+            if path.exists() or name in self.known:
+                raise SpeakerExists(f"speaker {name!r} exists; pick another name (speakers are not replaced)")
+            save_speaker(self.folder, name, conditioning)
+            self.known[name] = conditioning
+        return path
 
 
 def read_clip(path: Path, rate: int) -> FloatArray:

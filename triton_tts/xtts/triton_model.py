@@ -3,6 +3,10 @@ GPT decoding batched across requests (copied as ``model.py`` into the model's ve
 folder by ``triton-tts build-repo``; a build serves an XTTS voice folder as ``xtts``, or
 ``xtts__<voice>`` after the first).
 
+A request with STORE_SPEAKER true stores its clip's conditioning as the named SPEAKER in
+the model's ``speakers`` folder (the gateway's upload sends it; an existing name is
+refused ALREADY_EXISTS) and answers one empty last chunk.
+
 Each request is read and checked in ``execute`` (a refusal, INVALID_ARG, goes out at once,
 then the final flag), its reference clip conditioned (cached by the clip's content hash,
 in a bounded LRU), and handed to the scheduler's loop (triton_tts.xtts.scheduler), which
@@ -30,10 +34,10 @@ from triton_tts.bls import Cancellation
 from triton_tts.config_parameters import string_parameters
 from triton_tts.errors import RequestErrors, request_id
 from triton_tts.xtts.clips import ClipCache, ClipSettings
-from triton_tts.xtts.requests import RequestRefused, read_controls
+from triton_tts.xtts.requests import RequestRefused, read_controls, read_store
 from triton_tts.xtts.runner import ClipRefused, FloatArray, XttsRunner
 from triton_tts.xtts.scheduler import Cancelled, Job, Scheduler
-from triton_tts.xtts.speakers import SpeakerStore, UnknownSpeaker
+from triton_tts.xtts.speakers import SpeakerExists, SpeakerStore, UnknownSpeaker, check_name, speaker_names
 from triton_tts.xtts.text import TextRefused, XttsText
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -114,6 +118,13 @@ class TritonPythonModel:
         for request in requests:
             rid = request_id(request)
             sender = request.get_response_sender()
+            try:
+                if self._store(request, rid, sender):
+                    continue
+            except Exception as err:  # reading the request: its own error (INVALID_ARG)
+                sender.send(self.errors.invalid(rid, str(err)))
+                sender.send(flags=FINAL)
+                continue
             waiting = self.scheduler.statistics()["waiting"]
             if waiting >= self.max_waiting:
                 message = f"XTTS is at capacity: {waiting} generations wait for a slot; retry later"
@@ -132,6 +143,38 @@ class TritonPythonModel:
                 continue
             self.scheduler.submit(job)
         self._record_metrics()
+
+    def _store(self, request: Any, rid: str, sender: Any) -> bool:
+        """A STORE_SPEAKER request: the clip's conditioning saved as a named speaker, then
+        one empty last chunk (or the refusal) and the final flag. False: not one."""
+        store = read_store(request)
+        if store is None:
+            return False
+        try:
+            if store.name in speaker_names(self.speakers.folder):  # before any work
+                raise SpeakerExists(
+                    f"speaker {store.name!r} exists; pick another name (speakers are not replaced)"
+                )
+            check_name(store.name)
+            conditioning = self.clips.conditioning(store.reference, store.reference_rate)
+            path = self.speakers.add(store.name, conditioning)
+        except SpeakerExists as err:
+            sender.send(self.errors.response(rid, str(err), pb_utils.TritonError.ALREADY_EXISTS))
+        except (ClipRefused, ValueError) as err:
+            sender.send(self.errors.invalid(rid, str(err)))
+        except Exception as err:
+            sender.send(self.errors.response(rid, f"{type(err).__name__}: {err}"))
+        else:
+            pb_utils.Logger.log_info(f"{self.name}: speaker {store.name!r} stored ({path.name})")
+            empty = [
+                pb_utils.Tensor("AUDIO", np.zeros(0, dtype=np.float32)),
+                pb_utils.Tensor("SAMPLE_RATE", self.rate),
+                pb_utils.Tensor("CHUNK_INDEX", np.array([0], dtype=np.int32)),
+                pb_utils.Tensor("IS_LAST", np.array([True], dtype=bool)),
+            ]
+            sender.send(pb_utils.InferenceResponse(output_tensors=empty))
+        sender.send(flags=FINAL)
+        return True
 
     def _job(self, request: Any, rid: str, sender: Any) -> Job:
         controls = read_controls(request, self.runner.card)

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from triton_tts.client.tts_client import (
         API_KEY_ENV,
         NO_RETRIES,
+        AlreadyExists,
         AsyncTTSClient,
         AudioChunk,
         RequestRejected,
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = [
     "API_KEY_ENV",
     "NO_RETRIES",
+    "AlreadyExists",
     "AsyncTTSClient",
     "AudioChunk",
     "RequestRejected",

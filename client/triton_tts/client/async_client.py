@@ -17,7 +17,7 @@ from tritonclient.grpc import MAX_GRPC_MESSAGE_SIZE
 from triton_tts.client.auth import Protocol
 from triton_tts.client.core import STREAM_END_WAIT_S, ClientCore, _chunk, _needs_grpc, _result
 from triton_tts.client.datatypes import AudioChunk, SynthesisOptions, SynthesisResult
-from triton_tts.client.errors import ServerBusy, _stream_error
+from triton_tts.client.errors import ServerBusy, TTSError, _stream_error
 from triton_tts.client.voices import VoiceInfo
 
 
@@ -111,6 +111,28 @@ class AsyncTTSClient(ClientCore):
         with self._errors():
             answer = await self._client.get_model_config(self.model, **self._config_request())
         return self._voices_of(answer)
+
+    async def add_speaker(self, voice: VoiceInfo, name: str, audio: Any, sample_rate: int) -> None:
+        """Store ``audio`` (a mono clip of a voice, at ``sample_rate``) as the named speaker
+        ``name`` of the XTTS ``voice`` on the server; then ``voice="<voice>:<name>"`` speaks
+        in it. Raises RequestRejected for a bad clip or name, AlreadyExists for a name the
+        voice has (gRPC: the voice's model is decoupled)."""
+        _needs_grpc(self.protocol)
+        request = self._speaker_request(voice, name, audio, sample_rate)
+
+        async def requests() -> AsyncIterator[dict[str, Any]]:
+            yield request
+
+        responses = self._client.stream_infer(requests(), stream_timeout=self.timeout_s, headers=self.headers)
+        with self._errors():
+            async for result, error in responses:
+                if error is not None or bool(result.as_numpy("IS_LAST").reshape(-1)[0]):
+                    if not await _stream_ends(responses):
+                        responses.cancel()
+                    if error is not None:
+                        raise _stream_error(error, self.url)
+                    return
+        raise TTSError(f"{voice.model} ended without an answer to the speaker's store")
 
     async def synthesize(self, text: str | bytes, **options: Any) -> SynthesisResult:
         """As :meth:`TTSClient.synthesize` (busy refusals retried per ``retry``)."""

@@ -19,7 +19,7 @@ from triton_tts.client.auth import Protocol, auth_headers, env_api_key
 from triton_tts.client.datatypes import AudioChunk, SynthesisOptions, SynthesisResult, WordTime
 from triton_tts.client.errors import _server_errors
 from triton_tts.client.retry import DEFAULT_RETRY, Retries, RetryPolicy
-from triton_tts.client.voices import VoiceInfo
+from triton_tts.client.voices import XTTS_KIND, VoiceInfo
 
 DEFAULT_URLS: dict[str, str] = {"http": "localhost:8000", "grpc": "localhost:8001"}
 DEFAULT_MODEL = "tts"
@@ -173,6 +173,35 @@ class ClientCore:
         if self.protocol == "grpc":
             request["client_timeout"] = self.timeout_s
         return request
+
+    def _speaker_request(
+        self, voice: VoiceInfo, name: str, audio: npt.NDArray[Any], sample_rate: int
+    ) -> dict[str, Any]:
+        """The request that stores a clip as a named speaker of an XTTS voice: to the
+        voice's own model, STORE_SPEAKER with SPEAKER, REFERENCE_AUDIO (mono) and its rate."""
+        if voice.kind != XTTS_KIND:
+            raise ValueError(
+                f"voice {voice.name!r} does not clone voices (only XTTS voices have stored speakers)"
+            )
+        clip = np.asarray(audio, dtype=np.float32)
+        if clip.ndim != 1:
+            raise ValueError(f"the clip must be mono (one dimension), got shape {clip.shape}")
+        lib = self._lib
+
+        def tensor(tensor_name: str, value: npt.NDArray[Any], dtype: str) -> Any:
+            t = lib.InferInput(tensor_name, list(value.shape), dtype)
+            t.set_data_from_numpy(value)
+            return t
+
+        return {
+            "model_name": voice.model,
+            "inputs": [
+                tensor("STORE_SPEAKER", np.array([True], dtype=np.bool_), "BOOL"),
+                tensor("SPEAKER", np.array([name.encode("utf-8")], dtype=np.object_), "BYTES"),
+                tensor("REFERENCE_AUDIO", clip, "FP32"),
+                tensor("REFERENCE_SAMPLE_RATE", np.array([int(sample_rate)], dtype=np.int32), "INT32"),
+            ],
+        }
 
     def _stream_request(self, text: str | bytes, options: SynthesisOptions) -> dict[str, Any]:
         """The one request of a stream (gRPC), as ``stream_infer`` takes it and

@@ -47,6 +47,10 @@ class RequestRejected(TTSError):
     """The server refused this request (bad input); the message is the server's."""
 
 
+class AlreadyExists(RequestRejected):
+    """What the request would add is there already (a named speaker): not retried."""
+
+
 class TimedOut(TTSError):
     """No answer within the client's timeout."""
 
@@ -141,6 +145,8 @@ def _stream_error(error: InferenceServerException, url: str) -> TTSError:
     told = message[tagged.end() :] if tagged else message
     if code == "INVALID_ARG":
         return RequestRejected(told)
+    if code == "ALREADY_EXISTS":
+        return AlreadyExists(told)
     if _is_busy(message):  # UNAVAILABLE for load, or Triton's own queue without a code
         return _busy(message, url)
     if code == "UNAVAILABLE":
