@@ -599,7 +599,9 @@ def test_a_clip_uploaded_to_the_gateway_becomes_a_speaker(
             data = {"name": name} if name is not None else {}
             return requests.post(to, headers=auth, files=files, data={**data, **extra}, timeout=120)
 
-        assert requests.post(url, files={"file": clip_file}, data={"name": "ana"}).status_code == 401
+        assert (
+            requests.post(url, files={"file": clip_file}, data={"name": "ana"}, timeout=60).status_code == 401
+        )
         stored = upload("ana")
         assert stored.status_code == 201, stored.text
         assert stored.json() == {"voice": "xtts", "speaker": "ana", "use": "xtts:ana", "seconds": 4.0}
@@ -637,7 +639,10 @@ def test_a_clip_uploaded_to_the_gateway_becomes_a_speaker(
         assert not speaker_file(xtts_server_voice(xtts_server), "quiet").exists()
     with running_gateway(xtts_server.grpc_url) as open_base:
         refused = requests.post(
-            f"{open_base}/v1/audio/voices/xtts/speakers", files={"file": clip_file}, data={"name": "x"}
+            f"{open_base}/v1/audio/voices/xtts/speakers",
+            files={"file": clip_file},
+            data={"name": "x"},
+            timeout=60,
         )
         assert refused.status_code == 403 and refused.json()["error"]["code"] == "uploads_need_keys"
     # The model itself: a store names its speaker and carries no text.
