@@ -226,14 +226,18 @@ def timed_words(result: Any) -> list[tuple[str, float, float]]:
 
 def stream_raw(url: str, text: str, **scalars: Any) -> tuple[list[dict[str, Any]], list[str]]:
     """tts_stream as a user calls it with plain tritonclient: every response, in arrival order."""
+    return stream_model(url, "tts_stream", tts_inputs(grpcclient, text, **scalars))
+
+
+def stream_model(url: str, model: str, inputs: list[Any]) -> tuple[list[dict[str, Any]], list[str]]:
+    """One request to a decoupled ``model`` with plain tritonclient: its chunks (audio,
+    rate, index, last, words) and its errors' messages, in arrival order."""
     client = grpcclient.InferenceServerClient(url)
     answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
     client.start_stream(callback=lambda result, error: answers.put((result, error)))
     chunks, errors = [], []
     try:
-        client.async_stream_infer(
-            "tts_stream", tts_inputs(grpcclient, text, **scalars), enable_empty_final_response=True
-        )
+        client.async_stream_infer(model, inputs, enable_empty_final_response=True)
         while True:
             result, error = answers.get(timeout=300)
             if error is not None:

@@ -185,8 +185,10 @@ def test_the_gate_refuses_graphs_that_are_not_the_models(voice: Path, tmp_path: 
         config=tmp_path / "other" / "config.json",
     ).tts
     other.eval()
-    with pytest.raises(ParityRefused, match="does not reproduce"):
+    with pytest.raises(ParityRefused, match="does not reproduce") as refused:
         check_parity(other, voice, gate_clip(22050 * 3))
+    report = refused.value.report  # what export_xtts writes as parity.json beside no card
+    assert report["passed"] is False and report["failures"] and report["style"] > 1e-3
 
 
 def test_only_fp32_is_exported(checkpoint: Path, tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ import tritonclient.grpc as grpcclient
 from google.protobuf import text_format
 
 from testkit.xtts_checkpoints import build_xtts, voiced_clip
-from tests.helpers import metric_total, wait_until
+from tests.helpers import metric_total, stream_model, wait_until
 from triton_tts.cli import main as cli_main
 from triton_tts.export.coqui.cli import main as export_main
 from triton_tts.export.coqui.xtts.export import snr_db
@@ -209,32 +209,7 @@ def xtts_inputs(
 
 
 def stream_xtts(url: str, inputs: list[Any]) -> tuple[list[dict[str, Any]], list[str]]:
-    client = grpcclient.InferenceServerClient(url)
-    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
-    client.start_stream(callback=lambda result, error: answers.put((result, error)))
-    chunks, errors = [], []
-    try:
-        client.async_stream_infer("xtts", inputs, enable_empty_final_response=True)
-        while True:
-            result, error = answers.get(timeout=300)
-            if error is not None:
-                errors.append(error.message())
-                continue
-            response = result.get_response()
-            if response.outputs:
-                chunks.append(
-                    {
-                        "audio": result.as_numpy("AUDIO").reshape(-1),
-                        "rate": int(result.as_numpy("SAMPLE_RATE")[0]),
-                        "index": int(result.as_numpy("CHUNK_INDEX")[0]),
-                        "last": bool(result.as_numpy("IS_LAST")[0]),
-                    }
-                )
-            if response.parameters["triton_final_response"].bool_param:
-                return chunks, errors
-    finally:
-        client.stop_stream()
-        client.close()
+    return stream_model(url, "xtts", inputs)
 
 
 def audio_of(chunks: list[dict[str, Any]]) -> FloatArray:

@@ -45,6 +45,7 @@ from triton_tts.build_options import (
 )
 from triton_tts.chunking import FIRST_CHUNK_CHARS
 from triton_tts.client.voices import CHUNK_MODEL, VOICE_SEPARATOR, VoiceInfo
+from triton_tts.xtts import defaults as xtts_defaults
 
 # The build options are declared in triton_tts/build_options.py; they are importable from
 # here too, beside the configs they render into.
@@ -455,7 +456,6 @@ def _long_text(name: str, opts: BuildOptions, streaming: bool) -> mc.ModelConfig
 
 
 XTTS_MODEL = "xtts"
-XTTS_SLOTS = 8  # generations decoding together (the cache pool's slots)
 
 
 def xtts(name: str) -> mc.ModelConfig:
@@ -482,14 +482,15 @@ def xtts(name: str) -> mc.ModelConfig:
     config.model_transaction_policy.decoupled = True
     _params(
         config,
-        slots=str(XTTS_SLOTS),
-        chunk_codes="20",  # Coqui's stream_chunk_size
-        overlap_samples="1024",  # Coqui's overlap_wav_len
-        threads="2",
-        conditioning_cache="64",
-        max_waiting=str(4 * XTTS_SLOTS),  # more waiting for a slot: refused (UNAVAILABLE)
-        max_reference_seconds="60",
-        min_reference_seconds="1",
+        slots=str(xtts_defaults.SLOTS),
+        chunk_codes=str(xtts_defaults.CHUNK_CODES),
+        overlap_samples=str(xtts_defaults.OVERLAP_SAMPLES),
+        threads=str(xtts_defaults.THREADS),
+        conditioning_cache=str(xtts_defaults.CONDITIONING_CACHE),
+        # more waiting for a slot: refused (UNAVAILABLE)
+        max_waiting=str(xtts_defaults.WAITING_PER_SLOT * xtts_defaults.SLOTS),
+        max_reference_seconds=f"{xtts_defaults.MAX_REFERENCE_S:g}",
+        min_reference_seconds=f"{xtts_defaults.MIN_REFERENCE_S:g}",
     )
     return config
 

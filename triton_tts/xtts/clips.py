@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from triton_tts.xtts import defaults
 from triton_tts.xtts.runner import ClipRefused, Conditioning, FloatArray, XttsRunner
 
 MIN_RATE, MAX_RATE = 8000, 192_000
@@ -19,9 +20,9 @@ SILENCE_RMS = 1e-4  # below -80 dBFS: no voice to clone
 
 @dataclass(frozen=True)
 class ClipSettings:
-    cache_entries: int = 64
-    max_seconds: float = 60.0  # longer clips are refused (XTTS reads the first 30 s)
-    min_seconds: float = 1.0
+    cache_entries: int = defaults.CONDITIONING_CACHE
+    max_seconds: float = defaults.MAX_REFERENCE_S
+    min_seconds: float = defaults.MIN_REFERENCE_S
 
     @classmethod
     def from_parameters(cls, params: Mapping[str, str]) -> ClipSettings:

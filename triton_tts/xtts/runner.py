@@ -16,6 +16,7 @@ import numpy.typing as npt
 import onnxruntime as ort
 
 from triton_tts.onnx_session import cpu_session
+from triton_tts.xtts import defaults
 from triton_tts.xtts.card import (
     DECODER_FILE,
     EMBEDDINGS_FILE,
@@ -147,7 +148,7 @@ def linear_stretch(latents: FloatArray, scale: float) -> FloatArray:
 class XttsRunner:
     """The four graphs of an XTTS voice folder, with the loop between them."""
 
-    def __init__(self, folder: Path, threads: int = 1):
+    def __init__(self, folder: Path, threads: int = defaults.THREADS):
         folder = Path(folder)
         self.card = XttsCard.load(folder)
         self.style_session = cpu_session(folder / STYLE_FILE, threads)

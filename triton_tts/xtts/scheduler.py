@@ -27,11 +27,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from triton_tts.xtts import defaults
 from triton_tts.xtts.card import Sampling
 from triton_tts.xtts.runner import CachePool, Conditioning, FloatArray, Generation, XttsRunner
 
-CHUNK_CODES = 20  # Coqui's stream_chunk_size
-OVERLAP = 1024  # Coqui's overlap_wav_len, in output samples
+CHUNK_CODES = defaults.CHUNK_CODES
+OVERLAP = defaults.OVERLAP_SAMPLES
 CANCEL_EVERY = 5  # codes between two questions whether a request was cancelled
 
 

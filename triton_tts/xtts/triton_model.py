@@ -33,6 +33,7 @@ import triton_python_backend_utils as pb_utils
 from triton_tts.bls import Cancellation
 from triton_tts.config_parameters import string_parameters
 from triton_tts.errors import RequestErrors, request_id
+from triton_tts.xtts import defaults
 from triton_tts.xtts.clips import ClipCache, ClipSettings
 from triton_tts.xtts.requests import RequestRefused, read_controls, read_store
 from triton_tts.xtts.runner import ClipRefused, FloatArray, XttsRunner
@@ -51,20 +52,21 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException("xtts needs model_transaction_policy { decoupled: true }")
         params = string_parameters(config)
         folder = Path(args["model_repository"]) / args["model_version"]
-        self.runner = XttsRunner(folder, threads=int(params.get("threads", "2")))
+        self.runner = XttsRunner(folder, threads=int(params.get("threads", defaults.THREADS)))
         self.text = XttsText(folder, self.runner.card)
         self.clips = ClipCache(self.runner, ClipSettings.from_parameters(params))
         card = self.runner.card
         self.speakers = SpeakerStore(folder, (card.style_latents, card.model_dim), card.speaker_dim)
         self.scheduler = Scheduler(
             self.runner,
-            slots=int(params.get("slots", "8")),
-            chunk_codes=int(params.get("chunk_codes", "20")),
-            overlap=int(params.get("overlap_samples", "1024")),
+            slots=int(params.get("slots", defaults.SLOTS)),
+            chunk_codes=int(params.get("chunk_codes", defaults.CHUNK_CODES)),
+            overlap=int(params.get("overlap_samples", defaults.OVERLAP_SAMPLES)),
         )
         # Overload: a request that would find this many waiting for a slot is refused at
         # once (UNAVAILABLE), as the other models' queues refuse.
-        self.max_waiting = int(params.get("max_waiting", str(4 * self.scheduler.pool.slots)))
+        waiting = defaults.WAITING_PER_SLOT * self.scheduler.pool.slots
+        self.max_waiting = int(params.get("max_waiting", waiting))
         self.name = args["model_name"]
         self.errors = RequestErrors(self.name, tagged=True)
         self.rate = np.array([self.runner.card.output_rate], dtype=np.int32)

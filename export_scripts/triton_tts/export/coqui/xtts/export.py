@@ -5,7 +5,8 @@ The gate runs a clip (a fixed synthetic voice-like signal) and texts through bot
 ``Xtts`` and the exported graphs on ONNX Runtime: the conditioning latents and speaker
 embedding must agree, greedy decoding must choose the same codes, and the greedy audio must
 reach ``MIN_SNR_DB``. A voice that fails is not written: its card is removed and the export
-raises :class:`ParityRefused`. ``parity.json`` in the folder records what was measured.
+raises :class:`ParityRefused`. ``parity.json`` in the folder records what was measured,
+for a refused export too (``passed`` false, with its ``failures``).
 """
 
 from __future__ import annotations
@@ -54,7 +55,11 @@ GATE_TEXTS = (
 
 
 class ParityRefused(RuntimeError):
-    """The exported graphs do not reproduce Coqui's XTTS."""
+    """The exported graphs do not reproduce Coqui's XTTS; ``report``: what was measured."""
+
+    def __init__(self, message: str, report: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.report = report or {}
 
 
 def _export(
@@ -243,8 +248,11 @@ def check_parity(model: Any, folder: Path, clip: FloatArray | None = None) -> di
     finally:
         model.gpt.max_gen_mel_tokens = saved
     report["passed"] = not failures
+    report["failures"] = failures
     if failures:
-        raise ParityRefused("the XTTS export does not reproduce Coqui's inference: " + "; ".join(failures))
+        raise ParityRefused(
+            "the XTTS export does not reproduce Coqui's inference: " + "; ".join(failures), report
+        )
     return report
 
 
@@ -262,8 +270,9 @@ def export_xtts(loaded: Loaded, out: Path, name: str | None = None) -> XttsCard:
     card.save(out)  # the runner reads it; removed again on a refusal
     try:
         report = check_parity(model, out)
-    except ParityRefused:
+    except ParityRefused as refused:  # no card, so nothing serves it; the figures stay
         (out / CARD_FILE).unlink(missing_ok=True)
+        (out / PARITY_FILE).write_text(json.dumps(refused.report, indent=2), encoding="utf-8")
         raise
     finally:
         shutil.rmtree(out / "__pycache__", ignore_errors=True)
