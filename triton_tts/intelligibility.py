@@ -62,10 +62,14 @@ MAX_FP32_WER = 0.5
 
 
 @lru_cache(maxsize=1)
-def _decoder() -> Any:
+def _decoder() -> tuple[Any, str]:
+    """The shared recogniser and its cepstral mean as it starts (pocketsphinx carries the
+    mean over from one utterance to the next: without a reset, the same audio could be
+    heard differently depending on what was heard before it)."""
     from pocketsphinx import Decoder
 
-    return Decoder(samprate=ASR_SAMPLE_RATE, loglevel="FATAL")
+    decoder = Decoder(samprate=ASR_SAMPLE_RATE, loglevel="FATAL")
+    return decoder, str(decoder.get_cmn())
 
 
 def transcribe(audio: npt.NDArray[np.float32], sample_rate: int) -> str:
@@ -73,7 +77,8 @@ def transcribe(audio: npt.NDArray[np.float32], sample_rate: int) -> str:
 
     speech = soxr.resample(np.asarray(audio, dtype=np.float32), sample_rate, ASR_SAMPLE_RATE)
     pcm = (np.clip(speech, -1.0, 1.0) * 32767).astype("<i2").tobytes()
-    decoder = _decoder()
+    decoder, initial_cmn = _decoder()
+    decoder.set_cmn(initial_cmn)  # each text heard on its own
     decoder.start_utt()
     decoder.process_raw(pcm, full_utt=True)
     decoder.end_utt()
