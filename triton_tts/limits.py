@@ -26,6 +26,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from triton_tts.batching import FRAME_MULTIPLE  # acoustic graphs pad LATENT's frames to it
 from triton_tts.validation import MAX_NOISE
@@ -231,9 +232,12 @@ def measure(voice: object, voice_dir: Path) -> tuple[list[tuple[float, int, int]
     chinese = is_chinese(voice.phonemizer_language)
     runner = AcousticRunner(voice_dir / ACOUSTIC_FILE, 1, 1, 1 << 20)
 
-    def frames(texts: Sequence[str], noise_w: float) -> list[tuple[int, int]]:
+    def read(texts: Sequence[str]) -> tuple[list[Any], int]:
+        """The texts' ids (read once, whatever the runs) and their normalised characters."""
         spoken = [reader.normalize(t) for t in texts]
-        ids = [np.array(r.ids, dtype=np.int64) for r in reader.read(spoken)]
+        return [np.array(r.ids, dtype=np.int64) for r in reader.read(spoken)], sum(map(len, spoken))
+
+    def frames(ids: list[Any], noise_w: float) -> list[tuple[int, int]]:
         scales = np.array([voice.noise_scale, voice.length_scale, noise_w], dtype=np.float32)
         counted: list[tuple[int, int]] = []
         for row, result in zip(ids, runner.run(ids, [scales] * len(ids)), strict=True):
@@ -242,17 +246,17 @@ def measure(voice: object, voice_dir: Path) -> tuple[list[tuple[float, int, int]
             counted.append((len(row), result[1]))
         return counted
 
-    written = CALIBRATION_TEXTS_CHINESE if chinese else CALIBRATION_TEXTS
+    written, _ = read(CALIBRATION_TEXTS_CHINESE if chinese else CALIBRATION_TEXTS)
     measured = [
         (noise_w, ids, count)
         for noise_w in NOISE_W_GRID
         for _ in range(NOISY_DRAWS if noise_w > 0 else 1)
         for ids, count in frames(written, noise_w)
     ]
-    prose = RATE_TEXTS_CHINESE if chinese else RATE_TEXTS
+    prose, characters = read(RATE_TEXTS_CHINESE if chinese else RATE_TEXTS)
     rate_frames = sum(count for _ in range(RATE_DRAWS) for _, count in frames(prose, voice.noise_w))
-    characters = RATE_DRAWS * sum(len(reader.normalize(t)) for t in prose)
-    return measured, round(rate_frames * voice.hop_length / voice.sample_rate / characters, 5)
+    seconds = rate_frames * voice.hop_length / voice.sample_rate
+    return measured, round(seconds / (RATE_DRAWS * characters), 5)
 
 
 def decoder_bound(voice: object, voice_dir: Path, budget: int) -> ChunkLimits:

@@ -117,12 +117,17 @@ class SpeakerStore:
             self.known[name] = conditioning
         return conditioning
 
+    def check_new(self, name: str) -> Path:
+        """The file a new speaker ``name`` goes to (ValueError: a bad name; SpeakerExists)."""
+        path = speaker_file(self.folder, name)
+        if path.exists() or name in self.known:
+            raise SpeakerExists(f"speaker {name!r} exists; pick another name (speakers are not replaced)")
+        return path
+
     def add(self, name: str, conditioning: Conditioning) -> Path:
         """Store a new speaker in the folder (ValueError: a bad name; SpeakerExists)."""
-        path = speaker_file(self.folder, name)
         with self.lock:
-            if path.exists() or name in self.known:
-                raise SpeakerExists(f"speaker {name!r} exists; pick another name (speakers are not replaced)")
+            path = self.check_new(name)
             save_speaker(self.folder, name, conditioning)
             self.known[name] = conditioning
         return path

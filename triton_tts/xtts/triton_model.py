@@ -38,7 +38,7 @@ from triton_tts.xtts.clips import ClipCache, ClipSettings
 from triton_tts.xtts.requests import RequestRefused, read_controls, read_store
 from triton_tts.xtts.runner import ClipRefused, FloatArray, XttsRunner
 from triton_tts.xtts.scheduler import Cancelled, Job, Scheduler
-from triton_tts.xtts.speakers import SpeakerExists, SpeakerStore, UnknownSpeaker, check_name, speaker_names
+from triton_tts.xtts.speakers import SpeakerExists, SpeakerStore, UnknownSpeaker
 from triton_tts.xtts.text import TextRefused, XttsText
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -146,6 +146,17 @@ class TritonPythonModel:
             self.scheduler.submit(job)
         self._record_metrics()
 
+    def _chunk(self, audio: FloatArray, index: int, last: bool) -> Any:
+        """One response: every response carries AUDIO, SAMPLE_RATE, CHUNK_INDEX, IS_LAST."""
+        return pb_utils.InferenceResponse(
+            output_tensors=[
+                pb_utils.Tensor("AUDIO", audio.astype(np.float32)),
+                pb_utils.Tensor("SAMPLE_RATE", self.rate),
+                pb_utils.Tensor("CHUNK_INDEX", np.array([index], dtype=np.int32)),
+                pb_utils.Tensor("IS_LAST", np.array([last], dtype=bool)),
+            ]
+        )
+
     def _store(self, request: Any, rid: str, sender: Any) -> bool:
         """A STORE_SPEAKER request: the clip's conditioning saved as a named speaker, then
         one empty last chunk (or the refusal) and the final flag. False: not one."""
@@ -153,11 +164,7 @@ class TritonPythonModel:
         if store is None:
             return False
         try:
-            if store.name in speaker_names(self.speakers.folder):  # before any work
-                raise SpeakerExists(
-                    f"speaker {store.name!r} exists; pick another name (speakers are not replaced)"
-                )
-            check_name(store.name)
+            self.speakers.check_new(store.name)  # before any work (add checks again, locked)
             conditioning = self.clips.conditioning(store.reference, store.reference_rate)
             path = self.speakers.add(store.name, conditioning)
         except SpeakerExists as err:
@@ -168,13 +175,7 @@ class TritonPythonModel:
             sender.send(self.errors.response(rid, f"{type(err).__name__}: {err}"))
         else:
             pb_utils.Logger.log_info(f"{self.name}: speaker {store.name!r} stored ({path.name})")
-            empty = [
-                pb_utils.Tensor("AUDIO", np.zeros(0, dtype=np.float32)),
-                pb_utils.Tensor("SAMPLE_RATE", self.rate),
-                pb_utils.Tensor("CHUNK_INDEX", np.array([0], dtype=np.int32)),
-                pb_utils.Tensor("IS_LAST", np.array([True], dtype=bool)),
-            ]
-            sender.send(pb_utils.InferenceResponse(output_tensors=empty))
+            sender.send(self._chunk(np.zeros(0, dtype=np.float32), 0, last=True))
         sender.send(flags=FINAL)
         return True
 
@@ -190,14 +191,7 @@ class TritonPythonModel:
         done = threading.Event()
 
         def send(audio: FloatArray, last: bool) -> None:
-            response = pb_utils.InferenceResponse(
-                output_tensors=[
-                    pb_utils.Tensor("AUDIO", audio.astype(np.float32)),
-                    pb_utils.Tensor("SAMPLE_RATE", self.rate),
-                    pb_utils.Tensor("CHUNK_INDEX", np.array([index[0]], dtype=np.int32)),
-                    pb_utils.Tensor("IS_LAST", np.array([last], dtype=bool)),
-                ]
-            )
+            response = self._chunk(audio, index[0], last)
             index[0] += 1
             sender.send(response)
 

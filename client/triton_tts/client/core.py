@@ -43,13 +43,18 @@ def _string_parameters(model_config: Mapping[str, Any]) -> dict[str, str]:
     return {key: value["string_value"] for key, value in model_config.get("parameters", {}).items()}
 
 
+def _input(lib: Any, name: str, value: npt.NDArray[Any], dtype: str) -> Any:
+    """One request tensor for ``lib`` (tritonclient.http/grpc, or their aio variants)."""
+    t = lib.InferInput(name, list(value.shape), dtype)
+    t.set_data_from_numpy(value)
+    return t
+
+
 def build_inputs(lib: Any, text: str | bytes, options: SynthesisOptions) -> list[Any]:
     """The request tensors for ``lib`` (tritonclient.http/grpc, or their aio variants)."""
 
     def tensor(name: str, value: npt.NDArray[Any], dtype: str) -> Any:
-        t = lib.InferInput(name, list(value.shape), dtype)
-        t.set_data_from_numpy(value)
-        return t
+        return _input(lib, name, value, dtype)
 
     raw = text.encode("utf-8") if isinstance(text, str) else text
     inputs = [tensor("TEXT", np.array([[raw]], dtype=np.object_), "BYTES")]
@@ -187,19 +192,13 @@ class ClientCore:
         if clip.ndim != 1:
             raise ValueError(f"the clip must be mono (one dimension), got shape {clip.shape}")
         lib = self._lib
-
-        def tensor(tensor_name: str, value: npt.NDArray[Any], dtype: str) -> Any:
-            t = lib.InferInput(tensor_name, list(value.shape), dtype)
-            t.set_data_from_numpy(value)
-            return t
-
         return {
             "model_name": voice.model,
             "inputs": [
-                tensor("STORE_SPEAKER", np.array([True], dtype=np.bool_), "BOOL"),
-                tensor("SPEAKER", np.array([name.encode("utf-8")], dtype=np.object_), "BYTES"),
-                tensor("REFERENCE_AUDIO", clip, "FP32"),
-                tensor("REFERENCE_SAMPLE_RATE", np.array([int(sample_rate)], dtype=np.int32), "INT32"),
+                _input(lib, "STORE_SPEAKER", np.array([True], dtype=np.bool_), "BOOL"),
+                _input(lib, "SPEAKER", np.array([name.encode("utf-8")], dtype=np.object_), "BYTES"),
+                _input(lib, "REFERENCE_AUDIO", clip, "FP32"),
+                _input(lib, "REFERENCE_SAMPLE_RATE", np.array([int(sample_rate)], dtype=np.int32), "INT32"),
             ],
         }
 
