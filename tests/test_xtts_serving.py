@@ -7,7 +7,10 @@ it gets alone, and the stream, chunk by chunk with XTTS's overlap and crossfade,
 whole decode but at its joins, where nothing clicks. Then through the server with
 tritonclient: a streamed synthesis with a reference clip, another clip changes the
 voice, a seed makes sampling reproducible, bad clips and controls are refused by name,
-and two concurrent streams share decode batches (the model's own statistics).
+and two concurrent streams share decode batches (the model's own statistics). The
+conditioning encoders and the decoder are stage models of their own (configs rendered
+from each graph, a native variant for GPU nodes): the xtts model's work goes through
+them, and a direct call is refused.
 """
 
 from __future__ import annotations
@@ -350,6 +353,100 @@ def test_a_speaker_added_while_serving_is_served_and_unknown_ones_are_refused(
     assert errors == [] and chunks[-1]["last"]
     _, errors = stream_xtts(url, xtts_inputs("Hello.", clip(1, 3.0), SPEAKER=NARRATOR))
     assert len(errors) == 1 and "not both" in errors[0]
+
+
+ORT_TYPES = {"tensor(float)": "TYPE_FP32", "tensor(int64)": "TYPE_INT64"}
+
+
+def test_the_stage_models_are_the_graphs_with_a_config_per_variant(
+    xtts_server: TritonServer, xtts_voice: Path
+) -> None:
+    """The conditioning encoders and the decoder are models of their own: each holds its
+    graph as model.onnx, and each config (CPU, gpu, tensorrt) names the graph's own
+    tensors, types and fixed dims (symbolic: -1), read here by onnxruntime."""
+    import json
+
+    import onnxruntime as ort
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    from triton_tts.model_configs import parse
+    from triton_tts.xtts.graphs import STAGES
+
+    repo = Path(xtts_server.model_repository)
+    xtts = parse((repo / "xtts" / "config.pbtxt").read_text(encoding="utf-8"))
+    models = json.loads(xtts.parameters["stage_models"].string_value)
+    assert models == {"style": "xtts_style", "speaker": "xtts_speaker", "decoder": "xtts_decoder"}
+    for stage in STAGES:
+        session = ort.InferenceSession(str(xtts_voice / stage.graph), providers=["CPUExecutionProvider"])
+
+        def described(args: list[Any]) -> list[tuple[str, str, list[int]]]:
+            return [
+                (a.name, ORT_TYPES[a.type], [d if isinstance(d, int) else -1 for d in a.shape]) for a in args
+            ]
+
+        folder = repo / models[stage.name]
+        assert (folder / "1" / "model.onnx").read_bytes() == (xtts_voice / stage.graph).read_bytes()
+        variants = (("config.pbtxt", "python"), ("configs/gpu.pbtxt", "onnxruntime"),
+                    ("configs/tensorrt.pbtxt", "onnxruntime"))  # fmt: skip
+        for file, backend in variants:
+            config = parse((folder / file).read_text(encoding="utf-8"))
+            assert config.name == models[stage.name] and config.backend == backend
+            assert config.max_batch_size == 0
+            native = backend != "python"
+            kind = mc.ModelInstanceGroup.KIND_GPU if native else mc.ModelInstanceGroup.KIND_CPU
+            assert [g.kind for g in config.instance_group] == [kind]
+            assert config.default_model_filename == ("model.onnx" if native else "")
+            for tensors, args in (
+                (config.input, session.get_inputs()),
+                (config.output, session.get_outputs()),
+            ):
+                got = [(t.name, mc.DataType.Name(t.data_type), list(t.dims)) for t in tensors]
+                assert got == described(args), (file, stage.name)
+
+
+def stage_counts(server: TritonServer) -> dict[str, int]:
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        counts = {}
+        for name in ("xtts_style", "xtts_speaker", "xtts_decoder"):
+            stats = client.get_inference_statistics(name, as_json=True)["model_stats"][0]
+            counts[name] = int(stats["inference_stats"]["success"].get("count", 0))
+        return counts
+    finally:
+        client.close()
+
+
+def test_the_xtts_model_runs_its_stages_through_them_and_no_one_else_may(
+    xtts_server: TritonServer, runner: XttsRunner
+) -> None:
+    from tritonclient.utils import InferenceServerException
+
+    from triton_tts.internal import REFUSAL
+
+    before = stage_counts(xtts_server)
+    chunks, errors = stream_xtts(xtts_server.grpc_url, xtts_inputs("Through the stages.", clip(70, 5.0)))
+    assert errors == [] and chunks[-1]["last"]
+    after = stage_counts(xtts_server)
+    # A new clip: one speaker embedding, a style latent per conditioning piece (Coqui's
+    # gpt_cond_chunk_len; a last piece under min_chunk_seconds is skipped), a decode a chunk.
+    card = runner.card
+    conditioned = min(5.0, card.cond_seconds)
+    whole, rest = divmod(conditioned, card.cond_chunk_seconds)
+    pieces = int(whole) + (rest >= card.min_chunk_seconds)
+    assert after["xtts_speaker"] - before["xtts_speaker"] == 1
+    assert after["xtts_style"] - before["xtts_style"] == pieces
+    assert after["xtts_decoder"] - before["xtts_decoder"] == len(chunks)
+    latents = grpcclient.InferInput("LATENTS", [1, 4, card.model_dim], "FP32")
+    latents.set_data_from_numpy(np.zeros((1, 4, card.model_dim), np.float32))
+    speaker = grpcclient.InferInput("SPEAKER", [1, card.speaker_dim], "FP32")
+    speaker.set_data_from_numpy(np.zeros((1, card.speaker_dim), np.float32))
+    client = grpcclient.InferenceServerClient(xtts_server.grpc_url)
+    try:
+        with pytest.raises(InferenceServerException) as refused:
+            client.infer("xtts_decoder", [latents, speaker])
+    finally:
+        client.close()
+    assert refused.value.status() == "StatusCode.INVALID_ARGUMENT" and REFUSAL in refused.value.message()
 
 
 def live_generations(server: TritonServer) -> float:

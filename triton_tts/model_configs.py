@@ -46,6 +46,7 @@ from triton_tts.build_options import (
 from triton_tts.chunking import FIRST_CHUNK_CHARS
 from triton_tts.client.voices import CHUNK_MODEL, VOICE_SEPARATOR, VoiceInfo
 from triton_tts.xtts import defaults as xtts_defaults
+from triton_tts.xtts import graphs as xtts_graphs
 
 # The build options are declared in triton_tts/build_options.py; they are importable from
 # here too, beside the configs they render into.
@@ -491,7 +492,46 @@ def xtts(name: str) -> mc.ModelConfig:
         max_waiting=str(xtts_defaults.WAITING_PER_SLOT * xtts_defaults.SLOTS),
         max_reference_seconds=f"{xtts_defaults.MAX_REFERENCE_S:g}",
         min_reference_seconds=f"{xtts_defaults.MIN_REFERENCE_S:g}",
+        # the conditioning encoders and the decoder, called by BLS: stage -> model
+        stage_models=json.dumps({stage.name: xtts_stage_name(name, stage) for stage in xtts_graphs.STAGES}),
     )
+    return config
+
+
+def xtts_stage_name(xtts_model: str, stage: xtts_graphs.Stage) -> str:
+    """``xtts`` -> ``xtts_decoder``; ``xtts__ana`` -> ``xtts_decoder__ana``."""
+    base, separator, voice = xtts_model.partition(VOICE_SEPARATOR)
+    return f"{base}_{stage.name}{separator}{voice}"
+
+
+def xtts_stage(
+    xtts_model: str, stage: xtts_graphs.Stage, graph: Path, variant: str = "cpu"
+) -> mc.ModelConfig:
+    """An XTTS stage model (the conditioning encoders, the decoder): one item a request
+    (max_batch_size 0), its tensors the graph's own (names, types, fixed dims). CPU:
+    Python + onnxruntime (triton_tts/xtts/stage_model.py); ``gpu`` and ``tensorrt``:
+    Triton's native onnxruntime backend on the GPU (no engine is built for them)."""
+    inputs, outputs = xtts_graphs.graph_tensors(graph)
+    if [t.name for t in inputs] != list(stage.inputs) or [t.name for t in outputs] != list(stage.outputs):
+        raise ValueError(
+            f"{graph.name} takes {[t.name for t in inputs]} and gives {[t.name for t in outputs]}: "
+            f"the {stage.name} stage needs {list(stage.inputs)} -> {list(stage.outputs)}"
+        )
+    native = variant != "cpu"
+    config = mc.ModelConfig(
+        name=xtts_stage_name(xtts_model, stage),
+        backend="onnxruntime" if native else "python",
+        max_batch_size=0,
+    )
+    for container, tensors in ((config.input, inputs), (config.output, outputs)):
+        for t in tensors:
+            _tensor(container, t.name, mc.DataType.Value(t.data_type), list(t.dims))
+    _instances(config, 1, gpu=native)
+    if native:
+        config.default_model_filename = "model.onnx"
+        _params(config, cudnn_conv_algo_search="1")  # heuristic: no search per new shape
+    else:
+        _params(config, intra_op_threads=str(xtts_defaults.THREADS))
     return config
 
 

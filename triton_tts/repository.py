@@ -17,6 +17,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from google.protobuf import text_format
@@ -44,6 +45,7 @@ from triton_tts.voice import (
     VOICE_FILE,
     Voice,
 )
+from triton_tts.xtts.graphs import STAGES as XTTS_STAGES
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +218,8 @@ def build_repository(
     )
     # Voices of an earlier build that this one does not serve would still load: remove.
     wanted = {m.model(stage) for m in options.voices for stage in (*STAGES, CHUNK_MODEL)}
-    wanted |= {xtts_model_name(i, d) for i, d in enumerate(xtts_dirs)}
+    xtts_models = [xtts_model_name(i, d) for i, d in enumerate(xtts_dirs)]
+    wanted |= {*xtts_models, *(model_configs.xtts_stage_name(m, s) for m in xtts_models for s in XTTS_STAGES)}
     for stale in repo.glob(f"*{VOICE_SEPARATOR}*"):
         if stale.is_dir() and stale.name not in wanted:
             shutil.rmtree(stale)
@@ -237,10 +240,14 @@ def build_repository(
         write_warmup_data(repo, voice, models)
         (repo / models.model(CHUNK_MODEL) / "1").mkdir(parents=True, exist_ok=True)  # ensembles need one
     model_configs.write(repo, options)
-    for i, folder in enumerate(xtts_dirs):
-        place_xtts(repo, xtts_model_name(i, folder), folder)
+    for name, folder in zip(xtts_models, xtts_dirs, strict=True):
+        place_xtts(repo, name, folder)
     if not xtts_dirs:
-        shutil.rmtree(repo / model_configs.XTTS_MODEL, ignore_errors=True)
+        for stale_name in (
+            model_configs.XTTS_MODEL,
+            *(model_configs.xtts_stage_name(model_configs.XTTS_MODEL, s) for s in XTTS_STAGES),
+        ):
+            shutil.rmtree(repo / stale_name, ignore_errors=True)
     log.info("model repository %s serves %s", repo, ", ".join(f"'{v.name}'" for v, _ in voices))
     return repo
 
@@ -281,10 +288,15 @@ def xtts_info(index: int, folder: Path) -> VoiceInfo:
 
 
 def place_xtts(repo: Path, name: str, folder: Path) -> None:
-    """An XTTS voice folder's files, the model code and its config, as model ``name``."""
+    """An XTTS voice folder as model ``name`` (the GPT's loop: the voice's files, its
+    speakers, the model code and config) and its three stage models
+    (the conditioning encoders and the decoder: each graph as ``model.onnx``, the CPU
+    model code, a config per variant, rendered from the graph)."""
     from triton_tts.xtts.card import CARD_FILE, EMBEDDINGS_FILE, GRAPH_FILES, VOCAB_FILE
     from triton_tts.xtts.speakers import SPEAKERS_DIR
 
+    # The model's folder stays a whole voice folder (hard links: no copy), which
+    # ``triton-tts speakers add --voice`` reads; the model itself loads the GPT only.
     target = repo / name / "1"
     files = [*GRAPH_FILES, EMBEDDINGS_FILE, VOCAB_FILE, CARD_FILE]
     files += [p.name for p in folder.glob("*.onnx.data")]  # a large GPT's external weights
@@ -293,8 +305,20 @@ def place_xtts(repo: Path, name: str, folder: Path) -> None:
     _place(Path(__file__).parent / "xtts" / "triton_model.py", target / "model.py")
     for speaker in (folder / SPEAKERS_DIR).glob("*.npz"):
         _place(speaker, target / SPEAKERS_DIR / speaker.name)
-    config = model_configs.HEADER + text_format.MessageToString(model_configs.xtts(name))
-    (repo / name / "config.pbtxt").write_text(config, encoding="utf-8")
+    _write_config(repo / name / "config.pbtxt", model_configs.xtts(name))
+    for stage in XTTS_STAGES:
+        stage_dir = repo / model_configs.xtts_stage_name(name, stage)
+        _place(folder / stage.graph, stage_dir / "1" / "model.onnx")
+        _place(Path(__file__).parent / "xtts" / "stage_model.py", stage_dir / "1" / "model.py")
+        _write_config(stage_dir / "config.pbtxt", model_configs.xtts_stage(name, stage, folder / stage.graph))
+        for variant in model_configs.GPU_VARIANTS:
+            config = model_configs.xtts_stage(name, stage, folder / stage.graph, variant)
+            _write_config(stage_dir / "configs" / f"{variant}.pbtxt", config)
+
+
+def _write_config(path: Path, config: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(model_configs.HEADER + text_format.MessageToString(config), encoding="utf-8")
 
 
 def ensure_default_voice(voice_dir: Path | None = None) -> Path:

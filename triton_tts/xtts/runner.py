@@ -17,15 +17,8 @@ import onnxruntime as ort
 
 from triton_tts.onnx_session import cpu_session
 from triton_tts.xtts import defaults
-from triton_tts.xtts.card import (
-    DECODER_FILE,
-    EMBEDDINGS_FILE,
-    GPT_FILE,
-    SPEAKER_FILE,
-    STYLE_FILE,
-    Sampling,
-    XttsCard,
-)
+from triton_tts.xtts.card import EMBEDDINGS_FILE, GPT_FILE, Sampling, XttsCard
+from triton_tts.xtts.graphs import DECODER, SPEAKER, STYLE, Graphs, LocalGraphs
 from triton_tts.xtts.sampling import choose, first_seen
 
 FloatArray = npt.NDArray[np.float32]
@@ -146,15 +139,15 @@ def linear_stretch(latents: FloatArray, scale: float) -> FloatArray:
 
 
 class XttsRunner:
-    """The four graphs of an XTTS voice folder, with the loop between them."""
+    """The four graphs of an XTTS voice folder, with the loop between them: the GPT in
+    this process, the conditioning encoders and the decoder through ``graphs`` (default:
+    sessions in this process too; inside Triton, the voice's stage models)."""
 
-    def __init__(self, folder: Path, threads: int = defaults.THREADS):
+    def __init__(self, folder: Path, threads: int = defaults.THREADS, graphs: Graphs | None = None):
         folder = Path(folder)
         self.card = XttsCard.load(folder)
-        self.style_session = cpu_session(folder / STYLE_FILE, threads)
-        self.speaker_session = cpu_session(folder / SPEAKER_FILE, threads)
+        self.graphs: Graphs = graphs if graphs is not None else LocalGraphs(folder, threads)
         self.gpt_session = cpu_session(folder / GPT_FILE, threads)
-        self.decoder_session = cpu_session(folder / DECODER_FILE, threads)
         with np.load(folder / EMBEDDINGS_FILE) as tables:
             self.tables = {name: tables[name].astype(np.float32) for name in tables.files}
 
@@ -172,8 +165,8 @@ class XttsRunner:
             raise ClipRefused(
                 f"the reference clip is too short: at least {card.min_chunk_seconds:.2f} s of audio is needed"
             )
-        styles = [self.style_session.run(None, {"AUDIO": p[None]})[0][0] for p in pieces]
-        speaker = self.speaker_session.run(None, {"AUDIO": audio[None]})[0][0]
+        styles = [self.graphs.run(STYLE, {"AUDIO": p[None]})[0] for p in pieces]
+        speaker = self.graphs.run(SPEAKER, {"AUDIO": audio[None]})[0]
         return Conditioning(np.mean(np.stack(styles), axis=0).astype(np.float32), speaker.astype(np.float32))
 
     # the GPT
@@ -303,8 +296,8 @@ class XttsRunner:
         Coqui does (by 1 / speed, linearly)."""
         if speed != 1.0:
             latents = linear_stretch(latents, 1.0 / max(speed, 0.05))
-        out = self.decoder_session.run(None, {"LATENTS": latents[None], "SPEAKER": speaker[None]})
-        return np.asarray(out[0][0], dtype=np.float32)
+        out = self.graphs.run(DECODER, {"LATENTS": latents[None], "SPEAKER": speaker[None]})
+        return np.asarray(out[0], dtype=np.float32)
 
     def synthesise(self, text_ids: list[int], conditioning: Conditioning, sampling: Sampling,
                    seed: int = 0, limit: int | None = None) -> FloatArray:  # fmt: skip

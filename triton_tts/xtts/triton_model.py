@@ -15,6 +15,10 @@ batches every live request's decode step into one GPT run and sends audio every
 IS_LAST; the final flag always ends a request, after an error too. A request Triton marks
 cancelled, or one that outlives its own ``timeout``, stops at its next step.
 
+The conditioning encoders and the decoder are the voice's stage models (``xtts_style``,
+``xtts_speaker``, ``xtts_decoder``; triton_tts/xtts/stage_calls.py), called by BLS: on
+GPU nodes they run on Triton's native onnxruntime backend while the GPT's loop stays here.
+
 The model's statistics go to Triton's metrics port: decode steps by batch size, so that
 cross-request batching is visible (``tts_xtts_decode_steps_total{batch="2"}``), and the
 live and waiting generations.
@@ -39,6 +43,7 @@ from triton_tts.xtts.requests import RequestRefused, read_controls, read_store
 from triton_tts.xtts.runner import ClipRefused, FloatArray, XttsRunner
 from triton_tts.xtts.scheduler import Cancelled, Job, Scheduler
 from triton_tts.xtts.speakers import SpeakerExists, SpeakerStore, UnknownSpeaker
+from triton_tts.xtts.stage_calls import TritonGraphs
 from triton_tts.xtts.text import TextRefused, XttsText
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -52,7 +57,12 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException("xtts needs model_transaction_policy { decoupled: true }")
         params = string_parameters(config)
         folder = Path(args["model_repository"]) / args["model_version"]
-        self.runner = XttsRunner(folder, threads=int(params.get("threads", defaults.THREADS)))
+        threads = int(params.get("threads", defaults.THREADS))
+        # The conditioning encoders and the decoder: the voice's stage models, by BLS (a
+        # config without stage_models runs them in this process, from this folder).
+        stages = json.loads(params.get("stage_models") or "{}")
+        graphs = TritonGraphs(stages) if stages else None
+        self.runner = XttsRunner(folder, threads=threads, graphs=graphs)
         self.text = XttsText(folder, self.runner.card)
         self.clips = ClipCache(self.runner, ClipSettings.from_parameters(params))
         card = self.runner.card

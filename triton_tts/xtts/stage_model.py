@@ -1,0 +1,66 @@
+"""An XTTS stage model on CPU nodes: one of the graphs beside the GPT (``xtts_style``,
+``xtts_speaker``, ``xtts_decoder``) through onnxruntime in the Python backend (copied as
+``model.py`` into the stage's version folder by ``triton-tts build-repo``; GPU nodes run
+the same ``model.onnx`` on Triton's native onnxruntime backend, ``configs/gpu.pbtxt``).
+
+The ``xtts`` model calls it by BLS (triton_tts/xtts/stage_calls.py), one item a request;
+its inputs and outputs are the graph's own (the config is rendered from the graph).
+A request without the server's internal token is refused before any work
+(triton_tts/internal.py); a request the graph cannot run (a shape it does not take) gets
+its own INVALID_ARG, and a failed run its own INTERNAL error: the others in the same
+execution still run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
+
+from triton_tts.config_parameters import string_parameters
+from triton_tts.errors import RequestErrors, request_id
+from triton_tts.internal import Gate
+from triton_tts.onnx_session import cpu_session, resolve_threads
+from triton_tts.validation import InvalidRequest
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict[str, str]) -> None:
+        config = json.loads(args["model_config"])
+        params = string_parameters(config)
+        instances = sum(int(g.get("count", 1)) for g in config.get("instance_group", [])) or 1
+        threads = resolve_threads(params.get("intra_op_threads"), instances)
+        folder = Path(args["model_repository"]) / args["model_version"]
+        self.session = cpu_session(folder / "model.onnx", threads)
+        self.inputs = [t["name"] for t in config["input"]]
+        self.outputs = [t["name"] for t in config["output"]]
+        self.name = args["model_name"]
+        self.errors = RequestErrors(self.name)
+        self.gate = Gate(args)
+        pb_utils.Logger.log_info(f"{self.name}: onnxruntime CPU, {threads} intra-op thread(s)")
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        return [self._answer(request) for request in requests]
+
+    def _answer(self, request: Any) -> Any:
+        rid = request_id(request)
+        try:
+            self.gate.check(request)
+            feeds = {
+                name: pb_utils.get_input_tensor_by_name(request, name).as_numpy() for name in self.inputs
+            }
+            outputs = self.session.run(self.outputs, feeds)
+        except (InvalidRequest, InvalidArgument) as err:
+            return self.errors.invalid(rid, str(err))
+        except Exception as err:  # this request's failure alone
+            return self.errors.response(rid, f"{type(err).__name__}: {err}")
+        return pb_utils.InferenceResponse(
+            output_tensors=[
+                pb_utils.Tensor(name, np.ascontiguousarray(value))
+                for name, value in zip(self.outputs, outputs, strict=True)
+            ]
+        )
