@@ -28,14 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from triton_tts import paths
-from triton_tts.client.cli import (
-    add_connection_arguments,
-    add_say_arguments,
-    add_synth_arguments,
-    say,
-    synth,
-    voices,
-)
+from triton_tts.client.cli import add_client_commands
 from triton_tts.client.tts_client import TTSError, env_api_key
 from triton_tts.gateway import command as gateway_command
 from triton_tts.model_configs import THREADS, BuildOptions, build_option_fields
@@ -335,10 +328,7 @@ def _serve(args: argparse.Namespace, server: TritonServer, supervision: ExitStac
 
 
 def _add_inspection_commands(sub: Any, defaults: type[argparse.HelpFormatter]) -> None:
-    """What a server serves (voices), what the front-end makes of a text (frontend), speakers."""
-    voices_parser = sub.add_parser("voices", help="list the voices a server serves", formatter_class=defaults)
-    add_connection_arguments(voices_parser)
-    voices_parser.set_defaults(func=voices)
+    """What the front-end makes of a text (frontend), speakers."""
     frontend = sub.add_parser(
         "frontend", help="print the normalised text and its pronunciation (offline)", formatter_class=defaults
     )
@@ -440,15 +430,7 @@ def build_parser() -> argparse.ArgumentParser:
     gateway_command.add_arguments(gateway)
     gateway.set_defaults(func=gateway_command.run)
 
-    say_parser = sub.add_parser("say", help="synthesise a text to a WAV file", formatter_class=defaults)
-    add_say_arguments(say_parser)
-    say_parser.set_defaults(func=say)
-
-    synth_parser = sub.add_parser(
-        "synth", help="synthesise every line of a text file, concurrently", formatter_class=defaults
-    )
-    add_synth_arguments(synth_parser)
-    synth_parser.set_defaults(func=synth)
+    add_client_commands(sub, defaults)  # say, synth, dub, voices: through a running server
 
     _add_inspection_commands(sub, defaults)
 

@@ -311,3 +311,149 @@ def voices(args: argparse.Namespace) -> int:
         )
         print(f"{v.name:<16} {v.language:<10} {v.sample_rate:>6}  {speakers}")
     return 0
+
+
+TRACK_FORMATS = {".wav": "WAV", ".flac": "FLAC"}
+
+
+def add_dub_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("cues", type=Path, help="subtitle file: .srt (SubRip) or .vtt (WebVTT), UTF-8")
+    parser.add_argument(
+        "-o", "--output", type=Path, default=Path("dub.wav"), help="the track: .wav or .flac; the report "
+        "goes beside it (NAME.json, and NAME.vtt with the speech as placed)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--original", type=Path, default=None, help="the original's audio: the track gets its length"
+    )
+    parser.add_argument(
+        "--max-speed", type=float, default=1.25, help="how much faster a cue may be said to fit its slot"
+    )
+    parser.add_argument(
+        "--sample-rate", type=int, default=None, help="the track's rate (default: the voice's)"
+    )
+    parser.add_argument("--concurrency", type=int, default=8, help="cues in flight")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_connection_arguments(parser)
+    parser.add_argument("--voice", default=None, help="voice name (default: the server's default voice)")
+    parser.add_argument("--speaker-id", type=int, default=None, help="speaker of a multi-speaker voice")
+    parser.add_argument("--format", choices=list(SUBTYPES), default="pcm16", help="sample format")
+
+
+def _dub_problem(args: argparse.Namespace) -> str | None:
+    container = TRACK_FORMATS.get(args.output.suffix.lower())
+    if container is None:
+        return f"-o {args.output}: name a .wav or .flac file"
+    if container == "FLAC" and args.format == "float":
+        return "FLAC holds integer samples only: use --format pcm16, or a .wav track"
+    if not 1.0 <= args.max_speed <= 4.0:
+        return f"--max-speed {args.max_speed:g}: between 1.0 (never faster) and 4.0"
+    if args.sample_rate is not None and not 8000 <= args.sample_rate <= 192_000:
+        return f"--sample-rate {args.sample_rate}: between 8000 and 192000 Hz"
+    for path in (args.output, args.output.with_suffix(".json"), args.output.with_suffix(".vtt")):
+        problem = _unwritable(str(path))
+        if problem:
+            return problem
+    return None
+
+
+def dub(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from triton_tts.client.dubbing import Dubber
+    from triton_tts.client.subtitles import SubtitleError, read_cues
+
+    problem = _dub_problem(args)
+    try:
+        cues = read_cues(args.cues)
+        length_s = sf.info(str(args.original)).duration if args.original is not None else None
+    except SubtitleError as err:
+        problem = problem or str(err)
+    except OSError as err:
+        problem = problem or f"cannot read {err.filename}: {err.strerror}"
+    except sf.SoundFileError as err:
+        problem = problem or f"--original {args.original}: not an audio file soundfile reads ({err})"
+    if problem:
+        print(f"triton-tts: {problem}", file=sys.stderr)
+        return 1
+    local = threading.local()
+    clients: list[TTSClient] = []
+
+    def client() -> TTSClient:
+        if not hasattr(local, "client"):
+            local.client = TTSClient(args.url, args.protocol, model=args.model, timeout_s=args.timeout,
+                                     retry=retry_policy(args), api_key=args.api_key)  # fmt: skip
+            clients.append(local.client)
+        return local.client  # type: ignore[no-any-return]
+
+    start = time.perf_counter()
+    try:
+        served = {v.name: v for v in client().voices()}
+        name = (args.voice or next(iter(served), "")).split(":", 1)[0]
+        timestamps = served[name].timestamps if name in served else False
+        with tqdm(total=len(cues), unit="cue", disable=args.no_progress, file=sys.stderr) as bar:
+
+            def synthesize(text: str, speed: float) -> SynthesisResult:
+                return client().synthesize(text, speed=speed, speaker_id=args.speaker_id, voice=args.voice,
+                                           timestamps=timestamps)  # fmt: skip
+
+            def progress(n: int) -> None:
+                bar.total = max(bar.total or 0, bar.n + n)
+                bar.update(n)
+
+            result = Dubber(synthesize, args.max_speed, args.concurrency, progress).dub(cues, length_s)
+    except TTSError as err:
+        print(f"triton-tts: {err}", file=sys.stderr)
+        return 1
+    finally:
+        for c in clients:
+            c.close()
+    _write_dub(args, result, time.perf_counter() - start)
+    return 0
+
+
+def _write_dub(args: argparse.Namespace, result: Any, elapsed: float) -> None:
+    """The track (resampled if asked), its report beside it, the overruns on stderr."""
+    track, rate = result.track, result.sample_rate
+    if args.sample_rate is not None and args.sample_rate != rate:
+        import soxr
+
+        track = soxr.resample(track, rate, args.sample_rate, quality="HQ").astype(np.float32)
+        rate = args.sample_rate
+    container = TRACK_FORMATS[args.output.suffix.lower()]
+    sf.write(
+        str(args.output), np.clip(track, -1.0, 1.0), rate, subtype=SUBTYPES[args.format], format=container
+    )
+    args.output.with_suffix(".json").write_text(result.report_json(), encoding="utf-8")
+    args.output.with_suffix(".vtt").write_text(result.report_vtt(), encoding="utf-8")
+    for cue in result.cues:
+        if cue.status in ("overrun", "cut"):
+            cut = f", {cue.cut_s:.2f} s cut where the next cue starts" if cue.cut_s else ""
+            print(
+                f"triton-tts: {args.cues.name}:{cue.line}: cue {cue.index} runs {cue.overrun_s:.2f} s "
+                f"past its end at speed {cue.speed:.2f}{cut}",
+                file=sys.stderr,
+            )
+    summary = result.summary()
+    print(
+        f"wrote {args.output}: {len(track) / rate:.1f} s at {rate} Hz, {summary['cues']} cues "
+        f"({summary['sped_up']} sped up, {summary['overrun']} overrun, {summary['cut']} cut) "
+        f"in {elapsed:.1f} s; report {args.output.with_suffix('.json')}"
+    )
+
+
+def add_client_commands(sub: Any, defaults: type[argparse.HelpFormatter]) -> None:
+    """say, synth, dub and voices: the commands that call a running server."""
+    for name, about, add, run in (
+        ("say", "synthesise a text to a WAV file", add_say_arguments, say),
+        ("synth", "synthesise every line of a text file, concurrently", add_synth_arguments, synth),
+        (
+            "dub",
+            "a timed audio track from a subtitle file (.srt, .vtt), concurrently",
+            add_dub_arguments,
+            dub,
+        ),
+        ("voices", "list the voices a server serves", add_connection_arguments, voices),
+    ):
+        parser = sub.add_parser(name, help=about, formatter_class=defaults)
+        add(parser)
+        parser.set_defaults(func=run)

@@ -1,0 +1,165 @@
+"""Subtitle files read strictly, cue by cue: SubRip (.srt) and WebVTT (.vtt).
+
+A dub (triton_tts/client/dubbing.py) needs every cue's slot and text, and a file that
+cannot give them must say where: each error names its line. The ``srt`` and
+``webvtt-py`` parsers are lenient on purpose (a timing line they cannot read is dropped,
+or read as a shorter time with the rest as settings), which would silently drop lines
+from a dub, so the timing lines are read here against each format's grammar::
+
+    SRT:    [index]  HH:MM:SS,mmm --> HH:MM:SS,mmm   (hours may be 1+ digits; "." allowed)
+    WebVTT: [id]     [HH:]MM:SS.mmm --> [HH:]MM:SS.mmm [settings]   after a WEBVTT header
+
+Refused, with the line: a malformed timing line, an end not after its start, a cue that
+starts before the previous one ends (overlap), a cue without text, text with no timing
+line. Cue text loses its markup (``<i>``, ``<v Name>``, ``{\\an8}``) and entities, and
+its lines are joined with spaces. Blocks of WebVTT that are not cues (NOTE, STYLE,
+REGION) are skipped.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+FORMATS = {".srt": "srt", ".vtt": "vtt"}
+MAX_FILE_BYTES = 10_000_000
+
+_SRT_TIME = r"(\d+):([0-5]\d):([0-5]\d)[,.](\d{3})"
+_VTT_TIME = r"(?:(\d+):)?([0-5]\d):([0-5]\d)\.(\d{3})"
+_SRT_TIMING = re.compile(rf"^\s*{_SRT_TIME}\s*-->\s*{_SRT_TIME}(?:\s+.*)?$")
+_VTT_TIMING = re.compile(rf"^\s*{_VTT_TIME}[ \t]+-->[ \t]+{_VTT_TIME}(?:[ \t]+.*)?$")
+_TAGS = re.compile(r"<[^>]*>|\{\\[^}]*\}")  # HTML-like tags; SubRip's ASS overrides {\an8}
+
+
+class SubtitleError(ValueError):
+    """A file that cannot be dubbed: the message names the line (1-based) where known."""
+
+    def __init__(self, message: str, line: int | None = None, source: str = "") -> None:
+        if line is not None:
+            where = f"{source}:{line}: " if source else f"line {line}: "
+        else:
+            where = f"{source}: " if source else ""
+        super().__init__(f"{where}{message}")
+        self.line = line
+
+
+@dataclass(frozen=True)
+class Cue:
+    """One line to dub: its slot (seconds) and text; ``line`` is its timing line's
+    number in the file (or the script's line)."""
+
+    index: int  # 1-based, in the file's order
+    line: int
+    start: float
+    end: float
+    text: str
+
+    @property
+    def slot_s(self) -> float:
+        return self.end - self.start
+
+
+def _seconds(groups: tuple[str | None, ...]) -> float:
+    hours, minutes, seconds, millis = (int(g) if g else 0 for g in groups)
+    return (((hours * 60 + minutes) * 60 + seconds) * 1000 + millis) / 1000  # exact to the ms
+
+
+def _clean(lines: list[str]) -> str:
+    text = " ".join(html.unescape(_TAGS.sub("", line)).strip() for line in lines)
+    return " ".join(text.split())
+
+
+def _blocks(text: str, first_line: int = 1) -> list[tuple[int, list[str]]]:
+    """Blank-line separated blocks: (the first line's number, its lines)."""
+    blocks: list[tuple[int, list[str]]] = []
+    held: list[str] = []
+    start = first_line
+    for number, line in enumerate(text.splitlines(), first_line):
+        if line.strip():
+            if not held:
+                start = number
+            held.append(line)
+        elif held:
+            blocks.append((start, held))
+            held = []
+    if held:
+        blocks.append((start, held))
+    return blocks
+
+
+def parse_subtitles(text: str, fmt: str, source: str = "") -> list[Cue]:
+    """The cues of a SubRip (``fmt`` "srt") or WebVTT ("vtt") file's text, checked."""
+    if fmt not in FORMATS.values():
+        raise SubtitleError(f"unsupported subtitle format {fmt!r}: use .srt (SubRip) or .vtt (WebVTT)")
+    text = text.removeprefix("\ufeff")
+    timing = _SRT_TIMING if fmt == "srt" else _VTT_TIMING
+    body_start = 1
+    if fmt == "vtt":
+        lines = text.splitlines()
+        if not lines or not re.match(r"^WEBVTT(?:[ \t].*)?$", lines[0]):
+            raise SubtitleError("a WebVTT file starts with a 'WEBVTT' line", 1, source)
+        body_start = 2
+        text = "\n".join(lines[1:])
+    cues: list[Cue] = []
+    for number, block in _blocks(text, body_start):
+        if fmt == "vtt" and re.match(r"^(NOTE|STYLE|REGION)(?:\s|$)", block[0]):
+            continue
+        at = next((i for i, line in enumerate(block[:2]) if "-->" in line), None)
+        if at is None:
+            if number == body_start and fmt == "vtt":  # the header block's own lines
+                continue
+            raise SubtitleError(f"text without a timing line ({block[0].strip()[:40]!r})", number, source)
+        if fmt == "srt" and at == 1 and not block[0].strip().isdigit():
+            raise SubtitleError(f"a SubRip cue number must be a number, not {block[0].strip()[:20]!r}",
+                                number, source)  # fmt: skip
+        line = number + at
+        match = timing.match(block[at])
+        if match is None:
+            example = "00:00:01,000 --> 00:00:02,500" if fmt == "srt" else "00:00:01.000 --> 00:00:02.500"
+            raise SubtitleError(
+                f"malformed timing {block[at].strip()!r} (expected like {example})", line, source
+            )
+        start, end = _seconds(match.groups()[:4]), _seconds(match.groups()[4:])
+        if end <= start:
+            raise SubtitleError(f"the cue ends ({end:.3f} s) before it starts ({start:.3f} s)", line, source)
+        if cues and start < cues[-1].end:
+            raise SubtitleError(
+                f"the cue starts at {start:.3f} s, before the previous cue (line {cues[-1].line}) ends at "
+                f"{cues[-1].end:.3f} s: cues may not overlap",
+                line,
+                source,
+            )
+        words = _clean(block[at + 1 :])
+        if not words:
+            raise SubtitleError("the cue has no text", line, source)
+        cues.append(Cue(len(cues) + 1, line, start, end, words))
+    if not cues:
+        raise SubtitleError("no cues in the file", None, source)
+    return cues
+
+
+def script_lines(text: str) -> list[str]:
+    """A plain script: one line to dub per non-empty line."""
+    return [" ".join(line.split()) for line in text.removeprefix("\ufeff").splitlines() if line.strip()]
+
+
+def read_cues(path: Path) -> list[Cue]:
+    """The cues of a .srt or .vtt file (UTF-8)."""
+    fmt = FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        raise SubtitleError(
+            "unsupported subtitle format: name a .srt (SubRip) or .vtt (WebVTT) file", None, path.name
+        )
+    data = path.read_bytes()
+    if len(data) > MAX_FILE_BYTES:
+        raise SubtitleError(
+            f"{len(data)} bytes, over the {MAX_FILE_BYTES} a subtitle file may have", None, path.name
+        )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise SubtitleError("not UTF-8 text", line, path.name) from err
+    return parse_subtitles(text, fmt, path.name)

@@ -1,0 +1,233 @@
+"""Dubbing (issue 27): subtitle cues in, one timed track out, through the real server.
+
+The cue files are written by the ``srt`` and ``webvtt-py`` libraries, and the slots are
+set from each text's natural length, measured first through the same server: a roomy
+slot, one a little tight (sped up), one far too tight with a gap after it (an overrun),
+one far too tight with the next cue at its end (cut there). The track is checked with
+this file's own measures: silence before each onset and speech in the first 20 ms frame
+after it, nothing past the next cue's start, the length from the original.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from itertools import pairwise
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+import soundfile as sf
+import srt
+import webvtt
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from triton_tts.cli import main as cli_main
+from triton_tts.client import TTSClient
+from triton_tts.client.subtitles import SubtitleError, parse_subtitles, read_cues
+from triton_tts.server import TritonServer
+
+FRAME = 0.020
+
+
+def rms_db(audio: npt.NDArray[np.float32]) -> float:
+    return float(10 * np.log10(np.mean(np.square(audio.astype(np.float64))) + 1e-20))
+
+
+# reading subtitle files
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 5_000),
+            st.integers(1, 9_000),
+            st.text(st.characters(codec="utf-8", categories=("L", "N")), min_size=1, max_size=30),
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_cues_the_subtitle_libraries_write_read_back_the_same(parts: list[tuple[int, int, str]]) -> None:
+    subs: list[srt.Subtitle] = []
+    vtt, at = webvtt.WebVTT(), 0
+    for gap, length, text in parts:
+        start, at = at + gap, at + gap + length
+        subs.append(
+            srt.Subtitle(len(subs) + 1, timedelta(milliseconds=start), timedelta(milliseconds=at), text)
+        )
+        vtt.captions.append(webvtt.Caption(_vtt(start), _vtt(at), text))
+    for got in (parse_subtitles(srt.compose(subs), "srt"), parse_subtitles(vtt.content, "vtt")):
+        assert [(c.start, c.end, c.text) for c in got] == [
+            (s.start.total_seconds(), s.end.total_seconds(), " ".join(s.content.split())) for s in subs
+        ]
+
+
+def _vtt(ms: int) -> str:
+    hours, rest = divmod(ms, 3_600_000)
+    minutes, rest = divmod(rest, 60_000)
+    return f"{hours:02d}:{minutes:02d}:{rest // 1000:02d}.{rest % 1000:03d}"
+
+
+GOOD_SRT = "1\n00:00:01,000 --> 00:00:02,000\nHello.\n\n2\n00:00:03,000 --> 00:00:04,000\nWorld.\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "fmt", "line", "words"),
+    [
+        (GOOD_SRT.replace("00:00:03,000 -->", "00:00:0x,000 -->"), "srt", 6, "malformed timing"),
+        (GOOD_SRT.replace("00:00:03,000 -->", "00:00:01,500 -->"), "srt", 6, "may not overlap"),
+        (GOOD_SRT.replace("World.", "<i> </i>"), "srt", 6, "no text"),
+        (GOOD_SRT.replace("--> 00:00:02,000", "--> 00:00:00,500"), "srt", 2, "before it starts"),
+        (GOOD_SRT + "\nstray words\n", "srt", 9, "without a timing line"),
+        (GOOD_SRT.replace(",", "."), "vtt", 1, "WEBVTT"),
+        ("WEBVTT\n\n00:01.000 --> 00:02.000\nHi.\n\n00:03.000 -> 00:04.000\nThere.\n", "vtt", 6, "timing"),
+    ],
+)
+def test_a_bad_subtitle_file_is_refused_with_its_line(text: str, fmt: str, line: int, words: str) -> None:
+    with pytest.raises(SubtitleError) as refused:
+        parse_subtitles(text, fmt, "film")
+    assert refused.value.line == line and words in str(refused.value)
+    assert str(refused.value).startswith(f"film:{line}: ")
+
+
+def test_webvtt_markup_and_blocks_that_are_not_cues(tmp_path: Path) -> None:
+    path = tmp_path / "a.vtt"
+    path.write_text(
+        "WEBVTT - a film\nKind: captions\n\nNOTE a note\nover lines\n\nSTYLE\n::cue { color: red }\n\n"
+        "intro\n01:02.500 --> 01:04.000 align:start\n<v Ann>Tom &amp; <i>Jerry</i></v>\nagain\n",
+        encoding="utf-8",
+    )
+    (cue,) = read_cues(path)
+    assert (cue.line, cue.start, cue.end, cue.text) == (11, 62.5, 64.0, "Tom & Jerry again")
+    with pytest.raises(SubtitleError, match="unsupported subtitle format"):
+        read_cues(path.with_suffix(".ass"))
+
+
+# dubbing through the server
+
+
+def natural_seconds(server: TritonServer, texts: list[str]) -> list[float]:
+    """Each text's speech at speed 1, leading and trailing silence left out, measured here
+    (20 ms frames within 40 dB of the loudest)."""
+    out = []
+    with TTSClient(server.http_url) as client:
+        for text in texts:
+            result = client.synthesize(text)
+            frame = round(FRAME * result.sample_rate)
+            n = len(result.audio) // frame
+            levels = np.array([rms_db(result.audio[i * frame : (i + 1) * frame]) for i in range(n)])
+            loud = np.flatnonzero(levels > levels.max() - 40)
+            out.append((loud[-1] + 1 - loud[0]) * FRAME)
+    return out
+
+
+TEXTS = [
+    "Good morning.",
+    "The train to the coast leaves from the second platform.",
+    "Nobody expected the storm to reach the harbour before the boats were safely tied up.",
+    "She packed the maps, the lantern and enough bread for three long days on the road.",
+    "Then we were home.",
+]
+
+
+def test_a_subtitle_file_is_dubbed_on_time_sped_up_where_tight_and_never_overlapping(
+    server: TritonServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    natural = natural_seconds(server, TEXTS)
+    slots = [
+        (0.5, natural[0] + 1.0),  # roomy
+        (None, natural[1] / 1.08),  # a little tight: sped up
+        (None, natural[2] / 2.0),  # far too tight, with a gap after it: overrun
+        (None, natural[3] / 2.0),  # far too tight, the next cue at its end: cut
+        (None, natural[4] + 0.5),
+    ]
+    gaps = [0.6, 0.4, natural[2] / 2.0, 0.0]  # after cue 1, 2, 3, 4
+    subs, at = [], 0.0
+    for i, ((start, slot), text) in enumerate(zip(slots, TEXTS, strict=True)):
+        begin = start if start is not None else at + gaps[i - 1]
+        begin, end = round(begin, 3), round(begin + slot, 3)
+        subs.append(srt.Subtitle(i + 1, timedelta(seconds=begin), timedelta(seconds=end), text))
+        at = end
+    cues_file = tmp_path / "film.srt"
+    cues_file.write_text(srt.compose(subs), encoding="utf-8")
+    original = tmp_path / "original.wav"
+    original_s = at + 2.0
+    sf.write(original, np.zeros(round(original_s * 16000), np.float32), 16000)
+    track_file = tmp_path / "dub.wav"
+    code = cli_main(["dub", str(cues_file), "-o", str(track_file), "--original", str(original),
+                     "--url", server.http_url, "--no-progress"])  # fmt: skip
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    track, rate = sf.read(track_file, dtype="float32")
+    report = json.loads(track_file.with_suffix(".json").read_text(encoding="utf-8"))
+    cues = report["cues"]
+    assert len(track) == round(original_s * rate)  # the original's length
+    frame, ms = round(FRAME * rate), round(0.001 * rate)
+    previous_end = -ms
+    for sub, cue in zip(subs, cues, strict=True):
+        onset = round(sub.start.total_seconds() * rate)
+        assert cue["start"] == pytest.approx(sub.start.total_seconds(), abs=1 / rate)
+        # silence from the previous speech's end (the report's times are to the ms)
+        assert not np.any(track[previous_end + ms : onset]), f"sound before cue {cue['index']}'s start"
+        previous_end = round(cue["end"] * rate)
+        speech = track[onset:previous_end]
+        loudest = max(rms_db(speech[i : i + frame]) for i in range(0, len(speech) - frame + 1, frame))
+        # speech (within 40 dB of the cue's loudest frame, as natural_seconds measures it)
+        # in the first 20 ms frame from the cue's start
+        assert rms_db(track[onset : onset + frame]) > loudest - 40, f"cue {cue['index']} starts late"
+        assert np.any(track[previous_end - frame : previous_end])
+    for this, following in pairwise(cues):
+        assert this["end"] <= following["cue_start"] + 1e-9  # never into the next cue
+    fits, tight, overrun, cut, last = cues
+    assert (fits["status"], fits["speed"], fits["overrun_s"]) == ("fits", 1.0, 0.0)
+    assert tight["status"] == "sped_up" and 1.0 < tight["speed"] <= 1.25
+    assert tight["end"] <= tight["cue_end"] + FRAME and tight["end"] - tight["start"] < natural[1] - 0.1
+    assert overrun["status"] == "overrun" and overrun["speed"] == 1.25 and overrun["overrun_s"] > 0
+    assert overrun["cut_s"] == 0 and overrun["end"] > overrun["cue_end"]
+    assert cut["status"] == "cut" and cut["cut_s"] > 0 and cut["end"] == pytest.approx(last["cue_start"])
+    assert last["status"] == "fits"
+    assert (
+        f"film.srt:{overrun['line']}: cue 3 runs" in out.err
+        and f"film.srt:{cut['line']}: cue 4 runs" in out.err
+    )
+    assert report["summary"]["sped_up"] == 1 and report["summary"]["cut"] == 1
+    # the report's WebVTT: the speech as placed, with each word's actual time
+    placed = webvtt.read(str(track_file.with_suffix(".vtt"))).captions
+    times = [(c.start_time.in_milliseconds(), c.end_time.in_milliseconds()) for c in placed]
+    assert times == [(round(c["start"] * 1000), round(c["end"] * 1000)) for c in cues]
+    for caption, cue in zip(placed, cues, strict=True):
+        words = cue["words"]
+        assert caption.text.split() == [w["word"] for w in words][: len(caption.text.split())]
+        assert all(cue["start"] <= w["start"] < cue["end"] for w in words)
+        assert [w["start"] for w in words] == sorted(w["start"] for w in words)
+
+
+def test_a_dub_without_an_original_ends_with_its_last_cue_at_the_asked_rate(
+    server: TritonServer, tmp_path: Path
+) -> None:
+    cues_file = tmp_path / "two.vtt"
+    cues_file.write_text(
+        "WEBVTT\n\n00:00.250 --> 00:02.000\nOne line.\n\n00:02.500 --> 00:05.000\nAnd another.\n",
+        encoding="utf-8",
+    )
+    track_file = tmp_path / "two.flac"
+    code = cli_main(["dub", str(cues_file), "-o", str(track_file), "--sample-rate", "16000",
+                     "--protocol", "grpc", "--url", server.grpc_url, "--no-progress"])  # fmt: skip
+    assert code == 0
+    info = sf.info(track_file)
+    assert (info.samplerate, info.format) == (16000, "FLAC")
+    assert info.frames == 5 * 16000
+
+
+def test_dub_refuses_a_bad_file_naming_the_line_before_calling_anyone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.srt"
+    bad.write_text(GOOD_SRT.replace("World.", ""), encoding="utf-8")
+    assert cli_main(["dub", str(bad), "-o", str(tmp_path / "t.wav"), "--url", "localhost:1"]) == 1
+    assert "bad.srt:6: the cue has no text" in capsys.readouterr().err
+    assert not (tmp_path / "t.wav").exists()
