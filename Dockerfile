@@ -23,6 +23,9 @@ COPY client/ client/
 COPY export_scripts/ export_scripts/
 COPY model_repository/ model_repository/
 RUN python3 -m pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
+# Silero VAD's wheel, for the vad model's graph only (its dependencies are torch's).
+COPY requirements/vad.txt requirements/vad.txt
+RUN python3 -m pip download --no-cache-dir --no-deps --dest /vad -r requirements/vad.txt
 
 # --- runtime
 FROM ${TRITON_IMAGE}
@@ -31,6 +34,7 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends espeak-ng libsndfile1 python3-venv \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /wheels /tmp/wheels
+COPY --from=build /vad /opt/triton-tts-vad
 COPY requirements/image.txt /tmp/image-requirements.txt
 # A virtualenv of the image's Python, as the image test installs it: Ubuntu 24.04's Python
 # is externally managed (PEP 668), and pip cannot replace the packages Debian put there.
@@ -55,7 +59,8 @@ ENV PATH=/opt/triton-tts/bin:$PATH \
     MPLCONFIGDIR=/tmp/.cache/matplotlib \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
-    OMP_NUM_THREADS=1
+    OMP_NUM_THREADS=1 \
+    TRITON_TTS_VAD_MODEL=/opt/triton-tts-vad
 
 # The Triton image's unprivileged user (uid 1000).
 USER triton-server

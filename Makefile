@@ -66,8 +66,10 @@ $(BIN)/python:
 	$(BIN)/pip install -q --upgrade pip
 
 # pyproject.toml states ranges; requirements/lock.txt fixes every version (scripts/lock.py).
-$(SERVE_STAMP): pyproject.toml $(LOCK) | $(BIN)/python
+$(SERVE_STAMP): pyproject.toml $(LOCK) requirements/vad.txt | $(BIN)/python
 	$(BIN)/pip install -q -c $(LOCK) -e '.[$(SERVE_EXTRAS)]'
+	# Silero VAD's wheel, for its graph only (the vad model; triton_tts/vad_graph.py)
+	$(BIN)/pip download -q --no-deps -r requirements/vad.txt -d .wheelhouse/vad
 	touch $@
 
 $(DEV_STAMP): pyproject.toml $(LOCK) $(SERVE_STAMP)

@@ -267,3 +267,16 @@ def test_capacity_harness_smoke(tmp_path: Path) -> None:
         assert variant["burst"]["first_chunk_p99_s"] > 0 and variant["burst"]["single_p50_s"] > 0
     assert "| defaults |" in out.with_suffix(".md").read_text(encoding="utf-8")
     assert out.with_suffix(".png").stat().st_size > 10_000
+
+
+def test_dub_benchmark_smoke(server: TritonServer, tmp_path: Path) -> None:
+    from benchmarks import dub
+
+    out = tmp_path / "dub.json"
+    argv = ["--url", server.grpc_url, "--cues", "6", "--minutes", "0.5", "--concurrency", "2", "1"]
+    results = dub.main([*argv, "--out", str(out)])
+    assert [r["concurrency"] for r in results["runs"]] == [2, 1]
+    for r in results["runs"]:
+        assert r["cues"] == 6 == r["fits"] + r["sped_up"] + r["overrun"] + r["cut"]
+        assert r["takes"] >= 6 and r["wall_s"] > 0 and r["track_s"] >= 25
+    assert out.with_suffix(".md").read_text(encoding="utf-8").count("\n| ") >= 3

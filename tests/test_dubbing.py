@@ -231,3 +231,134 @@ def test_dub_refuses_a_bad_file_naming_the_line_before_calling_anyone(
     assert cli_main(["dub", str(bad), "-o", str(tmp_path / "t.wav"), "--url", "localhost:1"]) == 1
     assert "bad.srt:6: the cue has no text" in capsys.readouterr().err
     assert not (tmp_path / "t.wav").exists()
+
+
+# placing lines by the original's speech: the vad model
+
+
+@pytest.fixture(scope="module")
+def original(
+    server: TritonServer, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, list[tuple[float, float]]]:
+    """A recording of sentences said by the server with pauses of drawn lengths between
+    them (and before the first), and each sentence's true speech span, measured here."""
+    rng = np.random.default_rng(27)
+    sentences = [
+        "The first sentence is here.",
+        "Then a second one follows it.",
+        "And the last one ends it all.",
+    ]
+    with TTSClient(server.http_url) as client:
+        takes = [client.synthesize(text) for text in sentences]
+    rate = takes[0].sample_rate
+    pieces, spans, at = [], [], 0
+    for take in takes:
+        pause = np.zeros(round(rng.uniform(0.6, 2.0) * rate), np.float32)
+        frame = round(FRAME * rate)
+        levels = np.array(
+            [rms_db(take.audio[i : i + frame]) for i in range(0, len(take.audio) - frame, frame)]
+        )
+        loud = np.flatnonzero(levels > levels.max() - 40)
+        speech = take.audio[loud[0] * frame : (loud[-1] + 1) * frame]
+        at += len(pause)
+        spans.append((at / rate, (at + len(speech)) / rate))
+        pieces += [pause, speech]
+        at += len(speech)
+    pieces.append(np.zeros(rate, np.float32))
+    path = tmp_path_factory.mktemp("original") / "original.wav"
+    sf.write(path, np.concatenate(pieces), rate, subtype="FLOAT")
+    return path, spans
+
+
+def test_the_vad_model_is_silero_s_own_graph_with_a_config_per_variant(server: TritonServer) -> None:
+    import zipfile
+
+    from triton_tts.model_configs import parse
+    from triton_tts.paths import data_home
+    from triton_tts.vad_graph import MEMBER
+
+    repo = Path(server.model_repository)
+    (wheel,) = (data_home() / ".wheelhouse" / "vad").glob("silero_vad-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        assert (repo / "vad" / "1" / "model.onnx").read_bytes() == archive.read(MEMBER)
+    for file, backend in (("config.pbtxt", "python"), ("configs/gpu.pbtxt", "onnxruntime")):
+        config = parse((repo / "vad" / file).read_text(encoding="utf-8"))
+        assert config.backend == backend and [t.name for t in config.input] == ["input", "h", "c"]
+        assert [list(t.dims) for t in config.input] == [[-1, 576], [1, 1, 128], [1, 1, 128]]
+
+
+def test_the_vad_model_finds_the_pauses_of_an_original(
+    server: TritonServer, original: tuple[Path, list[tuple[float, float]]]
+) -> None:
+    path, spans = original
+    audio, rate = sf.read(path, dtype="float32")
+    for url, protocol in ((server.http_url, "http"), (server.grpc_url, "grpc")):
+        with TTSClient(url, protocol) as client:  # type: ignore[arg-type]
+            regions = client.speech_regions(audio, rate)
+        assert len(regions) == len(spans)
+        for region, (start, end) in zip(regions, spans, strict=True):
+            assert abs(region.start - start) <= 0.05 and abs(region.end - end) <= 0.2, (region, start, end)
+
+
+def test_a_script_is_placed_at_the_speech_onsets_and_cues_snap_to_them(
+    server: TritonServer, original: tuple[Path, list[tuple[float, float]]], tmp_path: Path
+) -> None:
+    path, spans = original
+    script = tmp_path / "script.txt"
+    script.write_text("Good morning to you.\n\nA line of the dub.\nThe end.\n", encoding="utf-8")
+    track = tmp_path / "placed.wav"
+    assert cli_main(["dub", str(script), "--original", str(path), "-o", str(track), "--url", server.http_url,
+                     "--no-progress"]) == 0  # fmt: skip
+    report = json.loads(track.with_suffix(".json").read_text(encoding="utf-8"))
+    assert [c["line"] for c in report["cues"]] == [1, 3, 4]
+    for cue, (start, _) in zip(report["cues"], spans, strict=True):
+        assert abs(cue["start"] - start) <= 0.05
+    assert sf.info(track).duration == pytest.approx(sf.info(path).duration, abs=1e-3)
+    # timed cues near the onsets are moved onto them; one beyond the bound stays
+    off = [spans[0][0] + 0.3, spans[1][0] - 0.2, spans[2][0] + 0.9]
+    subs = [srt.Subtitle(i + 1, timedelta(seconds=round(s, 3)), timedelta(seconds=round(s + 0.8, 3)), text)
+            for i, (s, text) in enumerate(zip(off, ["One.", "Two.", "Three."], strict=True))]  # fmt: skip
+    timed = tmp_path / "timed.srt"
+    timed.write_text(srt.compose(subs), encoding="utf-8")
+    assert cli_main(["dub", str(timed), "--original", str(path), "--snap", "0.5", "-o", str(track),
+                     "--url", server.http_url, "--no-progress"]) == 0  # fmt: skip
+    cues = json.loads(track.with_suffix(".json").read_text(encoding="utf-8"))["cues"]
+    assert abs(cues[0]["start"] - spans[0][0]) <= 0.05 and abs(cues[1]["start"] - spans[1][0]) <= 0.05
+    assert cues[0]["moved_s"] == pytest.approx(cues[0]["start"] - round(off[0], 3), abs=1e-3)
+    assert cues[2]["start"] == pytest.approx(round(off[2], 3)) and cues[2]["moved_s"] == 0
+
+
+def test_more_script_lines_than_speech_and_bad_vad_requests_are_refused(
+    server: TritonServer, original: tuple[Path, list[tuple[float, float]]], tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    path, spans = original
+    script = tmp_path / "long.txt"
+    script.write_text("\n".join(f"Line {n}." for n in range(1, len(spans) + 3)), encoding="utf-8")
+    assert cli_main(["dub", str(script), "--original", str(path), "-o", str(tmp_path / "x.wav"),
+                     "--url", server.http_url, "--no-progress"]) == 1  # fmt: skip
+    assert (
+        f"long.txt:{len(spans) + 1}: {len(spans) + 2} lines but {len(spans)} speech regions"
+        in capsys.readouterr().err
+    )
+    assert cli_main(["dub", str(script), "-o", str(tmp_path / "x.wav"), "--url", server.http_url]) == 1
+    assert "a script needs --original" in capsys.readouterr().err
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        frames = grpcclient.InferInput("input", [2, 100], "FP32")
+        frames.set_data_from_numpy(np.zeros((2, 100), np.float32))
+        states = []
+        for name in ("h", "c"):
+            states.append(grpcclient.InferInput(name, [1, 1, 128], "FP32"))
+            states[-1].set_data_from_numpy(np.zeros((1, 1, 128), np.float32))
+        with pytest.raises(InferenceServerException) as refused:
+            client.infer("vad", [frames, *states])
+        assert refused.value.status() == "StatusCode.INVALID_ARGUMENT"
+        frames = grpcclient.InferInput("input", [2, 576], "FP32")
+        frames.set_data_from_numpy(np.zeros((2, 576), np.float32))
+        assert client.infer("vad", [frames, *states]).as_numpy("speech_probs").shape == (2,)
+    finally:
+        client.close()

@@ -248,6 +248,7 @@ def build_repository(
             *(model_configs.xtts_stage_name(model_configs.XTTS_MODEL, s) for s in XTTS_STAGES),
         ):
             shutil.rmtree(repo / stale_name, ignore_errors=True)
+    place_vad(repo)
     log.info("model repository %s serves %s", repo, ", ".join(f"'{v.name}'" for v, _ in voices))
     return repo
 
@@ -309,11 +310,32 @@ def place_xtts(repo: Path, name: str, folder: Path) -> None:
     for stage in XTTS_STAGES:
         stage_dir = repo / model_configs.xtts_stage_name(name, stage)
         _place(folder / stage.graph, stage_dir / "1" / "model.onnx")
-        _place(Path(__file__).parent / "xtts" / "stage_model.py", stage_dir / "1" / "model.py")
+        _place(Path(__file__).parent / "onnx_model.py", stage_dir / "1" / "model.py")
         _write_config(stage_dir / "config.pbtxt", model_configs.xtts_stage(name, stage, folder / stage.graph))
         for variant in model_configs.GPU_VARIANTS:
             config = model_configs.xtts_stage(name, stage, folder / stage.graph, variant)
             _write_config(stage_dir / "configs" / f"{variant}.pbtxt", config)
+
+
+def place_vad(repo: Path) -> None:
+    """The ``vad`` model (Silero VAD: triton_tts/vad_graph.py), when its graph is found:
+    the graph as ``model.onnx``, the CPU model code, a config per variant."""
+    from triton_tts.vad_graph import HOW, vad_graph
+
+    target = repo / model_configs.VAD_MODEL
+    graph = vad_graph()
+    if graph is None:
+        shutil.rmtree(target, ignore_errors=True)
+        log.warning("%s", HOW)
+        return
+    (target / "1").mkdir(parents=True, exist_ok=True)
+    model = target / "1" / "model.onnx"
+    if not model.is_file() or model.read_bytes() != graph:
+        model.write_bytes(graph)
+    _place(Path(__file__).parent / "onnx_model.py", target / "1" / "model.py")
+    _write_config(target / "config.pbtxt", model_configs.vad(model))
+    for variant in model_configs.GPU_VARIANTS:
+        _write_config(target / "configs" / f"{variant}.pbtxt", model_configs.vad(model, variant))
 
 
 def _write_config(path: Path, config: Any) -> None:

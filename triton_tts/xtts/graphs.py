@@ -8,10 +8,9 @@ or, inside Triton, the voice's stage models (triton_tts/xtts/stage_calls.py), so
 GPU nodes they run on Triton's native onnxruntime backend (``configs/gpu.pbtxt``) while
 the GPT's loop stays in the ``xtts`` model.
 
-:data:`STAGES` names each stage model's graph and tensors; :func:`graph_tensors` reads a
-graph's declared inputs and outputs (symbolic dims as -1), which the stage configs are
-rendered from, so a native backend finds the graph's own names, types and fixed dims
-(inferred ones too).
+:data:`STAGES` names each stage model's graph and tensors; the stage configs are rendered
+from each graph (triton_tts/onnx_graph.py), so a native backend finds its own names,
+types and fixed dims.
 """
 
 from __future__ import annotations
@@ -61,37 +60,3 @@ class LocalGraphs:
 
     def run(self, stage: Stage, inputs: dict[str, FloatArray]) -> FloatArray:
         return np.asarray(self.sessions[stage.name].run(list(stage.outputs), inputs)[0], dtype=np.float32)
-
-
-ELEMENT_TYPES = {1: "TYPE_FP32", 7: "TYPE_INT64", 6: "TYPE_INT32", 9: "TYPE_BOOL", 10: "TYPE_FP16"}
-
-
-@dataclass(frozen=True)
-class Tensor:
-    """A graph input or output as Triton's config names it."""
-
-    name: str
-    data_type: str  # a model_config_pb2 DataType name (TYPE_FP32, ...)
-    dims: tuple[int, ...]  # -1 where the graph leaves the dim symbolic
-
-
-def graph_tensors(path: Path) -> tuple[list[Tensor], list[Tensor]]:
-    """An ONNX file's inputs (initializers excluded) and outputs, read without its
-    external weights, with the dims ONNX's shape inference finds where the export left
-    them symbolic (what ONNX Runtime, and so Triton's native backend, reports)."""
-    import onnx
-    from onnx import shape_inference
-
-    graph = shape_inference.infer_shapes(onnx.load(str(path), load_external_data=False)).graph
-    weights = {i.name for i in graph.initializer}
-
-    def tensor(value: onnx.ValueInfoProto) -> Tensor:
-        kind = value.type.tensor_type
-        dtype = ELEMENT_TYPES.get(kind.elem_type)
-        if dtype is None:
-            raise ValueError(f"{path.name}: {value.name} has element type {kind.elem_type}, not one served")
-        dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in kind.shape.dim)
-        return Tensor(value.name, dtype, dims)
-
-    inputs = [tensor(i) for i in graph.input if i.name not in weights]
-    return inputs, [tensor(o) for o in graph.output]

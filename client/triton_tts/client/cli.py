@@ -317,7 +317,10 @@ TRACK_FORMATS = {".wav": "WAV", ".flac": "FLAC"}
 
 
 def add_dub_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("cues", type=Path, help="subtitle file: .srt (SubRip) or .vtt (WebVTT), UTF-8")
+    parser.add_argument(
+        "cues", type=Path, help="subtitle file: .srt (SubRip) or .vtt (WebVTT); or a .txt script, one line a "
+        "cue, placed into the speech regions of --original (the server's vad model); UTF-8",
+    )  # fmt: skip
     parser.add_argument(
         "-o", "--output", type=Path, default=Path("dub.wav"), help="the track: .wav or .flac; the report "
         "goes beside it (NAME.json, and NAME.vtt with the speech as placed)",
@@ -325,6 +328,10 @@ def add_dub_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--original", type=Path, default=None, help="the original's audio: the track gets its length"
     )
+    parser.add_argument(
+        "--snap", type=float, default=None, metavar="SECONDS",
+        help="move each timed cue to the speech onset in --original nearest its start, if within SECONDS",
+    )  # fmt: skip
     parser.add_argument(
         "--max-speed", type=float, default=1.25, help="how much faster a cue may be said to fit its slot"
     )
@@ -356,25 +363,47 @@ def _dub_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
-def dub(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
-    from triton_tts.client.dubbing import Dubber
-    from triton_tts.client.subtitles import SubtitleError, read_cues
+def _dub_inputs(
+    args: argparse.Namespace, script: bool
+) -> tuple[str | None, list[Any], list[tuple[int, str]], tuple[Any, int] | None]:
+    """What the dub reads before calling anyone: (why not, cues, script lines, original)."""
+    from triton_tts.client.subtitles import SubtitleError, read_cues, read_script
 
     problem = _dub_problem(args)
+    if (script or args.snap is not None) and args.original is None:
+        problem = problem or f"{'a script' if script else '--snap'} needs --original: the speech to place by"
+    cues: list[Any] = []
+    lines: list[tuple[int, str]] = []
+    original: tuple[Any, int] | None = None
     try:
-        cues = read_cues(args.cues)
-        length_s = sf.info(str(args.original)).duration if args.original is not None else None
+        if script:
+            lines = read_script(args.cues)
+        else:
+            cues = read_cues(args.cues)
+        if args.original is not None and not problem:
+            audio, rate = sf.read(str(args.original), dtype="float32")
+            original = (audio, int(rate))
     except SubtitleError as err:
         problem = problem or str(err)
     except OSError as err:
         problem = problem or f"cannot read {err.filename}: {err.strerror}"
     except sf.SoundFileError as err:
         problem = problem or f"--original {args.original}: not an audio file soundfile reads ({err})"
+    return problem, cues, lines, original
+
+
+def dub(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from triton_tts.client.dubbing import Dubber
+    from triton_tts.client.subtitles import SubtitleError, cues_in_regions, snap
+
+    script = args.cues.suffix.lower() == ".txt"
+    problem, cues, lines, original = _dub_inputs(args, script)
     if problem:
         print(f"triton-tts: {problem}", file=sys.stderr)
         return 1
+    length_s = len(original[0]) / original[1] if original is not None else None
     local = threading.local()
     clients: list[TTSClient] = []
 
@@ -390,6 +419,12 @@ def dub(args: argparse.Namespace) -> int:
         served = {v.name: v for v in client().voices()}
         name = (args.voice or next(iter(served), "")).split(":", 1)[0]
         timestamps = served[name].timestamps if name in served else False
+        if original is not None and (script or args.snap is not None):
+            regions = [(r.start, r.end) for r in client().speech_regions(*original)]
+            if script:
+                cues = cues_in_regions(lines, regions, args.cues.name)
+            else:
+                cues = snap(cues, [start for start, _ in regions], args.snap)
         with tqdm(total=len(cues), unit="cue", disable=args.no_progress, file=sys.stderr) as bar:
 
             def synthesize(text: str, speed: float) -> SynthesisResult:
@@ -401,7 +436,7 @@ def dub(args: argparse.Namespace) -> int:
                 bar.update(n)
 
             result = Dubber(synthesize, args.max_speed, args.concurrency, progress).dub(cues, length_s)
-    except TTSError as err:
+    except (TTSError, SubtitleError) as err:
         print(f"triton-tts: {err}", file=sys.stderr)
         return 1
     finally:

@@ -72,6 +72,7 @@ class Placed:
     speed: float  # the speed it was synthesised at
     overrun_s: float  # past the cue's end (into the gap)
     cut_s: float  # speech cut off where the next cue (or the original) starts
+    moved_s: float  # by --snap: the cue's start moved to a detected onset
     status: str  # "fits", "sped_up", "overrun" (sped up as far as allowed, into the gap), "cut"
     words: tuple[WordTime, ...] = field(default=(), repr=False)  # seconds in the track
 
@@ -104,7 +105,7 @@ class Dub:
             entry["words"] = [
                 {"word": w.word, "start": round(w.start, 3), "end": round(w.end, 3)} for w in c.words
             ]
-            for key in ("cue_start", "cue_end", "start", "end", "natural_s", "overrun_s", "cut_s"):
+            for key in ("cue_start", "cue_end", "start", "end", "natural_s", "overrun_s", "cut_s", "moved_s"):
                 entry[key] = round(entry[key], 3)
             entry["speed"] = round(c.speed, 4)
             cues.append(entry)
@@ -293,6 +294,7 @@ def place(
                 speech.speed,
                 overrun,
                 cut / rate,
+                cue.moved_s,
                 status,
                 words,
             )

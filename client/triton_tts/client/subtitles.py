@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import html
 import re
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 FORMATS = {".srt": "srt", ".vtt": "vtt"}
@@ -55,6 +56,7 @@ class Cue:
     start: float
     end: float
     text: str
+    moved_s: float = 0.0  # by --snap: from the file's start to a detected onset
 
     @property
     def slot_s(self) -> float:
@@ -140,9 +142,63 @@ def parse_subtitles(text: str, fmt: str, source: str = "") -> list[Cue]:
     return cues
 
 
-def script_lines(text: str) -> list[str]:
-    """A plain script: one line to dub per non-empty line."""
-    return [" ".join(line.split()) for line in text.removeprefix("\ufeff").splitlines() if line.strip()]
+def script_lines(text: str) -> list[tuple[int, str]]:
+    """A plain script: (line number, text) for each line to dub (the non-empty ones)."""
+    lines = text.removeprefix("\ufeff").splitlines()
+    return [(n, " ".join(line.split())) for n, line in enumerate(lines, 1) if line.strip()]
+
+
+def read_script(path: Path) -> list[tuple[int, str]]:
+    """The lines of a plain-text script (UTF-8), one cue a line, without timings."""
+    try:
+        lines = script_lines(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise SubtitleError("not UTF-8 text", None, path.name) from err
+    if not lines:
+        raise SubtitleError("no lines to dub in the script", None, path.name)
+    return lines
+
+
+def cues_in_regions(
+    lines: Sequence[tuple[int, str]], regions: Sequence[tuple[float, float]], source: str = ""
+) -> list[Cue]:
+    """A script's lines placed in order into speech regions (start, end), one a region, at
+    each region's onset; a line beyond the last region is refused with its number."""
+    if len(lines) > len(regions):
+        first = lines[len(regions)][0]
+        raise SubtitleError(
+            f"{len(lines)} lines but {len(regions)} speech regions in the original: this line and those "
+            "after it have no place",
+            first,
+            source,
+        )
+    return [
+        Cue(i, n, start, end, text)
+        for i, ((n, text), (start, end)) in enumerate(zip(lines, regions[: len(lines)], strict=True), 1)
+    ]
+
+
+def snap(cues: Sequence[Cue], onsets: Sequence[float], within_s: float) -> list[Cue]:
+    """Each cue moved (start and end together) to the detected onset nearest its start,
+    when one is within ``within_s`` and the move keeps it after the cue before and before
+    the next one's start; an end that would pass the next cue's start stops there."""
+    moved: list[Cue] = []
+    for i, cue in enumerate(cues):
+        near = min(onsets, key=lambda o: abs(o - cue.start), default=None)
+        earliest = moved[-1].end if moved else 0.0
+        latest = cues[i + 1].start if i + 1 < len(cues) else float("inf")
+        if near is not None and abs(near - cue.start) <= within_s and earliest <= near < latest:
+            shift = near - cue.start
+            moved.append(replace(cue, start=near, end=cue.end + shift, moved_s=shift))
+        else:
+            moved.append(cue)
+    out = []
+    for this, following in zip(moved, [*moved[1:], None], strict=True):
+        if following is not None and this.end > following.start:
+            out.append(replace(this, end=max(following.start, this.start + 0.001)))
+        else:
+            out.append(this)
+    return out
 
 
 def read_cues(path: Path) -> list[Cue]:
@@ -150,7 +206,9 @@ def read_cues(path: Path) -> list[Cue]:
     fmt = FORMATS.get(path.suffix.lower())
     if fmt is None:
         raise SubtitleError(
-            "unsupported subtitle format: name a .srt (SubRip) or .vtt (WebVTT) file", None, path.name
+            "unsupported subtitle format: name a .srt (SubRip) or .vtt (WebVTT) file (or a .txt script)",
+            None,
+            path.name,
         )
     data = path.read_bytes()
     if len(data) > MAX_FILE_BYTES:

@@ -13,7 +13,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from triton_tts.client.auth import Protocol
-from triton_tts.client.core import STREAM_END_WAIT_S, ClientCore, _chunk, _needs_grpc, _result
+from triton_tts.client.core import STREAM_END_WAIT_S, ClientCore, _chunk, _input, _needs_grpc, _result
 from triton_tts.client.datatypes import AudioChunk, SynthesisOptions, SynthesisResult
 from triton_tts.client.errors import ServerBusy, TimedOut, TTSError, _stream_error
 from triton_tts.client.voices import VoiceInfo
@@ -88,6 +88,26 @@ class TTSClient(ClientCore):
         except TimeoutError as err:  # not a ConnectionError: passes through the block above
             raise TimedOut(f"no answer from {self.url} within {self.timeout_s:g} s") from err
         return _result(result)
+
+    def speech_regions(self, audio: Any, sample_rate: int, **settings: float) -> list[Any]:
+        """Where ``audio`` (mono float samples) has speech: the server's ``vad`` model
+        (Silero VAD), a call per 16 s, the regions as triton_tts/client/vad.py sets them
+        (``settings``: its thresholds)."""
+        from triton_tts.client import vad
+
+        def call(block: Any, h: Any, c: Any) -> tuple[Any, Any, Any]:
+            inputs = [
+                _input(self._lib, name, value, "FP32")
+                for name, value in (("input", block), ("h", h), ("c", c))
+            ]
+            try:
+                with self._errors():
+                    result = self._client.infer(vad.VAD_MODEL, inputs, headers=self.headers)
+            except TimeoutError as err:
+                raise TimedOut(f"no answer from {self.url} within {self.timeout_s:g} s") from err
+            return result.as_numpy("speech_probs"), result.as_numpy("hn"), result.as_numpy("cn")
+
+        return vad.speech_regions(vad.probabilities(call, audio, sample_rate), **settings)
 
     def stream(
         self,

@@ -1,14 +1,15 @@
-"""An XTTS stage model on CPU nodes: one of the graphs beside the GPT (``xtts_style``,
-``xtts_speaker``, ``xtts_decoder``) through onnxruntime in the Python backend (copied as
-``model.py`` into the stage's version folder by ``triton-tts build-repo``; GPU nodes run
-the same ``model.onnx`` on Triton's native onnxruntime backend, ``configs/gpu.pbtxt``).
+"""An ONNX graph as a Python-backend model on CPU nodes, one item a request: XTTS's stage
+models (``xtts_style``, ``xtts_speaker``, ``xtts_decoder``, which the ``xtts`` model calls
+by BLS: triton_tts/xtts/stage_calls.py) and the ``vad`` model (Silero VAD). Copied as
+``model.py`` beside the graph (``model.onnx``) by ``triton-tts build-repo``; GPU nodes
+run the same ``model.onnx`` on Triton's native onnxruntime backend (``configs/gpu.pbtxt``).
 
-The ``xtts`` model calls it by BLS (triton_tts/xtts/stage_calls.py), one item a request;
-its inputs and outputs are the graph's own (the config is rendered from the graph).
-A request without the server's internal token is refused before any work
-(triton_tts/internal.py); a request the graph cannot run (a shape it does not take) gets
-its own INVALID_ARG, and a failed run its own INTERNAL error: the others in the same
-execution still run.
+Its inputs and outputs are the graph's own (the config is rendered from the graph:
+triton_tts/onnx_graph.py). With the config parameter ``internal`` "true", a request
+without the server's internal token is refused before any work (triton_tts/internal.py).
+A request the graph cannot run (a shape or a value it does not take) gets its own
+INVALID_ARG, and a failed run its own INTERNAL error: the others in the same execution
+still run.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class TritonPythonModel:
         self.outputs = [t["name"] for t in config["output"]]
         self.name = args["model_name"]
         self.errors = RequestErrors(self.name)
-        self.gate = Gate(args)
+        self.gate = Gate(args) if params.get("internal", "false") == "true" else None
         pb_utils.Logger.log_info(f"{self.name}: onnxruntime CPU, {threads} intra-op thread(s)")
 
     def execute(self, requests: list[Any]) -> list[Any]:
@@ -49,10 +50,14 @@ class TritonPythonModel:
     def _answer(self, request: Any) -> Any:
         rid = request_id(request)
         try:
-            self.gate.check(request)
-            feeds = {
-                name: pb_utils.get_input_tensor_by_name(request, name).as_numpy() for name in self.inputs
-            }
+            if self.gate is not None:
+                self.gate.check(request)
+            feeds = {}
+            for name in self.inputs:
+                tensor = pb_utils.get_input_tensor_by_name(request, name)
+                if tensor is None:
+                    raise InvalidRequest(f"{self.name} needs the input {name}")
+                feeds[name] = tensor.as_numpy()
             outputs = self.session.run(self.outputs, feeds)
         except (InvalidRequest, InvalidArgument) as err:
             return self.errors.invalid(rid, str(err))
