@@ -22,7 +22,6 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from triton_tts.onnx_session import cpu_session
 from triton_tts.xtts.card import DECODER_FILE, SPEAKER_FILE, STYLE_FILE
 
 FloatArray = npt.NDArray[np.float32]
@@ -56,6 +55,10 @@ class LocalGraphs:
     """The three graphs as ONNX Runtime sessions in this process."""
 
     def __init__(self, folder: Path, threads: int) -> None:
+        # here, not at import: model_configs reads STAGES, and the base install (the client
+        # commands, through triton_tts.cli) has no onnxruntime
+        from triton_tts.onnx_session import cpu_session
+
         self.sessions = {stage.name: cpu_session(Path(folder) / stage.graph, threads) for stage in STAGES}
 
     def run(self, stage: Stage, inputs: dict[str, FloatArray]) -> FloatArray:
