@@ -2,7 +2,8 @@
 shipped concurrency (8) against serial (1), measured side by side on one server.
 
 The subtitle file is generated, seeded: ``--cues`` cues over ``--minutes`` (default 800
-over an hour), each one to three sentences drawn from a pool, timed as subtitlers time
+over an hour), each a sentence drawn from a pool, or two (3 in 10) where they fit in two
+subtitle lines (84 characters), timed as subtitlers time
 speech: its slot at a reading rate drawn from 12-20 characters a second (broadcast
 guidelines sit at 15-17), a gap after it, the whole spread to fill the hour. So some
 slots are roomy, some need speeding up and a few cannot be met: the shares are part of
@@ -51,9 +52,18 @@ POOL = [
 ]
 
 
+MAX_CUE_CHARS = 84  # two lines of 42, the common subtitle guideline
+
+
 def subtitle_cues(count: int, minutes: float, seed: int) -> list[Cue]:
     rng = np.random.default_rng(seed)
-    texts = [" ".join(rng.choice(POOL, size=int(rng.integers(1, 4)), replace=False)) for _ in range(count)]
+    texts = []
+    for _ in range(count):  # a cue is one or two subtitle lines: at most 84 characters
+        text = str(rng.choice(POOL))
+        second = str(rng.choice(POOL))
+        if rng.random() < 0.3 and len(text) + 1 + len(second) <= MAX_CUE_CHARS and second != text:
+            text = f"{text} {second}"
+        texts.append(text)
     slots = np.array([len(t) / rng.uniform(12.0, 20.0) for t in texts])
     gaps = rng.exponential(1.0, size=count)
     spare = minutes * 60 - slots.sum()
