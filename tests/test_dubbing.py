@@ -14,6 +14,7 @@ import json
 from datetime import timedelta
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -362,3 +363,75 @@ def test_more_script_lines_than_speech_and_bad_vad_requests_are_refused(
         assert client.infer("vad", [frames, *states]).as_numpy("speech_probs").shape == (2,)
     finally:
         client.close()
+
+
+# the gateway: POST /v1/audio/dub
+
+
+def test_the_gateway_dubs_an_upload_and_refuses_bad_ones_by_field(
+    gateway: str, original: tuple[Path, list[tuple[float, float]]]
+) -> None:
+    import io
+    import zipfile
+
+    import requests
+
+    path, spans = original
+    url = f"{gateway}/v1/audio/dub"
+    timed = [(0.5, 2.5, "Good evening."), (3.0, 3.4, "This line is far too long for its slot."),
+             (4.5, 6.0, "Goodbye.")]  # fmt: skip
+    cues = srt.compose(
+        [
+            srt.Subtitle(i, timedelta(seconds=a), timedelta(seconds=b), t)
+            for i, (a, b, t) in enumerate(timed, 1)
+        ]
+    )
+    done = requests.post(
+        url, files={"file": ("film.srt", cues)}, data={"response_format": "flac"}, timeout=120
+    )
+    assert done.status_code == 200, done.text
+    assert done.headers["content-type"] == "application/zip"
+    archive = zipfile.ZipFile(io.BytesIO(done.content))
+    assert sorted(archive.namelist()) == ["dub.flac", "dub.json", "dub.vtt"]
+    report = json.loads(archive.read("dub.json"))
+    track, rate = sf.read(io.BytesIO(archive.read("dub.flac")), dtype="float32")
+    assert len(track) / rate == pytest.approx(6.0, abs=1 / rate)
+    assert [c["start"] for c in report["cues"]] == [0.5, 3.0, 4.5]
+    second = report["cues"][1]
+    assert second["speed"] == 1.25 and second["status"] == "cut" and second["end"] == 4.5
+    assert json.loads(done.headers["x-dub-summary"])["cut"] == 1
+    # a script placed by the original's speech
+    script = "\n".join(f"Line number {n}." for n in range(1, len(spans) + 1))
+    uploads: dict[str, Any] = {
+        "file": ("script.txt", script),
+        "original": ("original.wav", path.read_bytes()),
+    }
+    placed = requests.post(url, files=uploads, timeout=120)
+    assert placed.status_code == 200, placed.text
+    starts = [
+        c["start"] for c in json.loads(zipfile.ZipFile(io.BytesIO(placed.content)).read("dub.json"))["cues"]
+    ]
+    assert all(abs(s - span[0]) <= 0.05 for s, span in zip(starts, spans, strict=True))
+    # refusals, each naming its field (and a bad file its line)
+    bad = cues.replace("00:00:03,000 -->", "00:00:02,000 -->")
+    cases: list[tuple[dict[str, Any], dict[str, str], str, str]] = [
+        ({"file": ("film.srt", bad)}, {}, "file", "film.srt:6: the cue starts at 2.000 s"),
+        ({"file": ("film.ass", cues)}, {}, "file", "unsupported format"),
+        ({"file": ("script.txt", script)}, {}, "original", "needs the 'original'"),
+        ({"file": ("film.srt", cues)}, {"max_speed": "9"}, "max_speed", "max_speed"),
+        (
+            {"file": ("film.srt", cues), "original": ("o.wav", b"not audio")},
+            {},
+            "original",
+            "not an audio file",
+        ),
+        ({"other": ("film.srt", cues)}, {}, "file", "one file field named 'file'"),
+    ]
+    for files, data, field, words in cases:
+        refused = requests.post(url, files=files, data=data, timeout=60)
+        error = refused.json()["error"]
+        assert refused.status_code == 400 and error["param"] == field and words in error["message"], error
+    assert (
+        requests.post(url, data=b"{}", headers={"Content-Type": "application/json"}, timeout=60).status_code
+        == 400
+    )

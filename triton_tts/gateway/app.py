@@ -11,6 +11,8 @@ Routes:
   GET  /v1/audio/voices        served voices, their speakers, and the OpenAI voice aliases
   POST /v1/audio/voices/{voice}/speakers   a clip stored as a named speaker of an XTTS
                                voice (multipart; keyed gateways only: triton_tts.gateway.speakers)
+  POST /v1/audio/dub           a subtitle file (and the original) in, a zip of the timed track
+                               and its report out (multipart: triton_tts.gateway.dubbing)
   WS   /v1/audio/speech/ws     text in; a JSON header, 16-bit PCM chunks, a JSON end out
                                (triton_tts.gateway.speech_socket)
   GET  /                       the listening page (static/)
@@ -46,7 +48,7 @@ from starlette.types import Send
 from starlette.websockets import WebSocket
 
 from triton_tts.client import NO_RETRIES, AsyncTTSClient, AudioChunk, TTSError
-from triton_tts.gateway import audio, captioned, speakers
+from triton_tts.gateway import audio, captioned, dubbing, speakers
 from triton_tts.gateway.access import ApiKeys, BodyLimit, caller_of, key_of
 from triton_tts.gateway.errors import ApiError, from_tts_error
 from triton_tts.gateway.metrics import GatewayMetrics, SpeechMetrics, Synthesis
@@ -321,6 +323,10 @@ class Gateway:
     async def add_speaker(self, request: Request) -> Response:
         return await speakers.add_speaker(request, self.settings, self.voices, self.client)
 
+    async def dub(self, request: Request) -> Response:
+        caller = caller_of(self.settings, key_of(request.headers, {}), request.client)
+        return await dubbing.dub(request, self.settings, self.voices, caller)
+
     async def voice_list(self, request: Request) -> Response:
         return JSONResponse(await self.voices.listing())
 
@@ -366,7 +372,10 @@ def create_app(settings: GatewaySettings) -> Starlette:
         Middleware(
             BodyLimit,
             limit=settings.max_body_bytes,
-            uploads=((speakers.UPLOAD_PATH, settings.max_upload_bytes),),
+            uploads=(
+                (speakers.UPLOAD_PATH, settings.max_upload_bytes),
+                (dubbing.DUB_PATH, settings.max_dub_upload_bytes),
+            ),
         ),
         Middleware(ApiKeys, settings=settings),
     ]
@@ -386,6 +395,7 @@ def create_app(settings: GatewaySettings) -> Starlette:
         Route("/v1/models/{model:path}", gateway.model),
         Route("/v1/audio/voices", gateway.voice_list),
         Route("/v1/audio/voices/{voice}/speakers", gateway.add_speaker, methods=["POST"]),
+        Route("/v1/audio/dub", gateway.dub, methods=["POST"]),
         WebSocketRoute("/v1/audio/speech/ws", gateway.socket),
         Route("/health/live", gateway.live),
         Route("/health/ready", gateway.ready),

@@ -53,6 +53,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="largest speaker clip upload accepted (POST /v1/audio/voices/VOICE/speakers)",
     )
     parser.add_argument(
+        "--max-dub-upload-bytes",
+        type=int,
+        default=DEFAULTS.max_dub_upload_bytes,
+        help="largest dub upload accepted: the subtitle file and the original (POST /v1/audio/dub)",
+    )
+    parser.add_argument(
+        "--max-dub-cues", type=int, default=DEFAULTS.max_dub_cues, help="most cues a dub may have"
+    )
+    parser.add_argument(
+        "--max-dub-seconds", type=float, default=DEFAULTS.max_dub_seconds, help="longest track a dub may make"
+    )
+    parser.add_argument(
         "--cors-origin",
         action="append",
         metavar="ORIGIN",
@@ -131,6 +143,9 @@ def settings_from(args: argparse.Namespace) -> GatewaySettings:
         max_input_chars=args.max_input_chars,
         max_body_bytes=args.max_body_bytes,
         max_upload_bytes=args.max_upload_bytes,
+        max_dub_upload_bytes=args.max_dub_upload_bytes,
+        max_dub_cues=args.max_dub_cues,
+        max_dub_seconds=args.max_dub_seconds,
         # the flags, or else the environment's list (flags replace it, never add to it)
         cors_origins=tuple(args.cors_origin or _split(os.environ.get(CORS_ENV))),
         heartbeat_s=args.heartbeat_s,

@@ -18,6 +18,11 @@ class GatewaySettings:
     # POST /v1/audio/voices/{voice}/speakers: a reference clip (60 s of 16-bit 48 kHz
     # stereo WAV is 11 MB; XTTS reads its first 30 s)
     max_upload_bytes: int = 12 * 1024 * 1024
+    # POST /v1/audio/dub: the subtitle file and the original together (an hour of 16-bit
+    # 22 kHz mono is 159 MB), its cues, and its track's length
+    max_dub_upload_bytes: int = 256 * 1024 * 1024
+    max_dub_cues: int = 5000
+    max_dub_seconds: float = 4 * 3600.0
     cors_origins: tuple[str, ...] = ()  # empty: no CORS headers (browsers allow same origin only)
     heartbeat_s: float = 15.0  # WebSocket: a ping message after this long with nothing sent
     # WebSockets open at once: in all, and per API key (when keys are set). Each holds at
