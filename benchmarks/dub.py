@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -34,6 +33,7 @@ from testkit.sample_texts import SENTENCES
 from triton_tts.client import SynthesisResult, TTSClient
 from triton_tts.client.dubbing import Dubber
 from triton_tts.client.subtitles import Cue
+from triton_tts.client.sync_client import PerThreadClients
 
 POOL = [
     *SENTENCES,
@@ -78,22 +78,17 @@ def subtitle_cues(count: int, minutes: float, seed: int) -> list[Cue]:
 
 
 def run(url: str, cues: list[Cue], concurrency: int) -> dict[str, Any]:
-    local = threading.local()
-    clients: list[TTSClient] = []
+    client = PerThreadClients(lambda: TTSClient(url, "grpc"))
     calls = [0]
 
     def synthesize(text: str, speed: float) -> SynthesisResult:
-        if not hasattr(local, "client"):
-            local.client = TTSClient(url, "grpc")
-            clients.append(local.client)
         calls[0] += 1
-        return local.client.synthesize(text, speed=speed)  # type: ignore[no-any-return]
+        return client().synthesize(text, speed=speed)
 
     start = time.perf_counter()
     dub = Dubber(synthesize, concurrency=concurrency).dub(cues)
     wall = time.perf_counter() - start
-    for client in clients:
-        client.close()
+    client.close()
     speech = sum(c.end - c.start for c in dub.cues)
     summary = dub.summary()
     return {

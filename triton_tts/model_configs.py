@@ -45,7 +45,7 @@ from triton_tts.build_options import (
 )
 from triton_tts.chunking import FIRST_CHUNK_CHARS
 from triton_tts.client.voices import CHUNK_MODEL, VOICE_SEPARATOR, VoiceInfo
-from triton_tts.onnx_graph import graph_tensors
+from triton_tts.onnx_graph import Tensor, graph_tensors
 from triton_tts.xtts import defaults as xtts_defaults
 from triton_tts.xtts import graphs as xtts_graphs
 
@@ -505,50 +505,51 @@ def xtts_stage_name(xtts_model: str, stage: xtts_graphs.Stage) -> str:
     return f"{base}_{stage.name}{separator}{voice}"
 
 
-def xtts_stage(
-    xtts_model: str, stage: xtts_graphs.Stage, graph: Path, variant: str = "cpu"
-) -> mc.ModelConfig:
-    """An XTTS stage model (the conditioning encoders, the decoder), of its graph
-    (:func:`one_graph`), open to the server's own requests only."""
+def xtts_stage(xtts_model: str, stage: xtts_graphs.Stage, graph: Path) -> dict[str, mc.ModelConfig]:
+    """An XTTS stage model (the conditioning encoders, the decoder) in every variant, of
+    its graph (:func:`one_graph`), open to the server's own requests only."""
     inputs, outputs = graph_tensors(graph)
     if [t.name for t in inputs] != list(stage.inputs) or [t.name for t in outputs] != list(stage.outputs):
         raise ValueError(
             f"{graph.name} takes {[t.name for t in inputs]} and gives {[t.name for t in outputs]}: "
             f"the {stage.name} stage needs {list(stage.inputs)} -> {list(stage.outputs)}"
         )
-    return one_graph(
-        xtts_stage_name(xtts_model, stage), graph, variant, str(xtts_defaults.THREADS), internal=True
-    )
+    name = xtts_stage_name(xtts_model, stage)
+    return one_graph(name, inputs, outputs, str(xtts_defaults.THREADS), internal=True)
 
 
 VAD_MODEL = "vad"
 
 
-def vad(graph: Path, variant: str = "cpu") -> mc.ModelConfig:
-    """The ``vad`` model: Silero VAD's sequence graph (a block of 32 ms frames with their
-    context in, a speech probability a frame out, its LSTM state carried by the caller:
-    triton_tts/client/vad.py), open to callers (under the server's API key)."""
-    return one_graph(VAD_MODEL, graph, variant, "1", internal=False)
+def vad(graph: Path) -> dict[str, mc.ModelConfig]:
+    """The ``vad`` model in every variant: Silero VAD's sequence graph (a block of 32 ms
+    frames with their context in, a speech probability a frame out, its LSTM state carried
+    by the caller: triton_tts/client/vad.py), open to callers (under the server's API key)."""
+    return one_graph(VAD_MODEL, *graph_tensors(graph), "1", internal=False)
 
 
-def one_graph(name: str, graph: Path, variant: str, threads: str, internal: bool) -> mc.ModelConfig:
+def one_graph(
+    name: str, inputs: list[Tensor], outputs: list[Tensor], threads: str, internal: bool
+) -> dict[str, mc.ModelConfig]:
     """A model that is one ONNX graph, one item a request (max_batch_size 0), its tensors
-    the graph's own (names, types, fixed dims). CPU: Python + onnxruntime
+    the graph's own (names, types, fixed dims), by variant: ``cpu``, Python + onnxruntime
     (triton_tts/onnx_model.py; ``internal``: the server's requests only); ``gpu`` and
-    ``tensorrt``: Triton's native onnxruntime backend on the GPU (no engine is built)."""
-    inputs, outputs = graph_tensors(graph)
-    native = variant != "cpu"
-    config = mc.ModelConfig(name=name, backend="onnxruntime" if native else "python", max_batch_size=0)
-    for container, tensors in ((config.input, inputs), (config.output, outputs)):
-        for t in tensors:
-            _tensor(container, t.name, mc.DataType.Value(t.data_type), list(t.dims))
-    _instances(config, 1, gpu=native)
-    if native:
-        config.default_model_filename = "model.onnx"
-        _params(config, cudnn_conv_algo_search="1")  # heuristic: no search per new shape
-    else:
-        _params(config, intra_op_threads=threads, internal=str(internal).lower())
-    return config
+    ``tensorrt``, Triton's native onnxruntime backend on the GPU (no engine is built)."""
+    configs = {}
+    for variant in ("cpu", *GPU_VARIANTS):
+        native = variant != "cpu"
+        config = mc.ModelConfig(name=name, backend="onnxruntime" if native else "python", max_batch_size=0)
+        for container, tensors in ((config.input, inputs), (config.output, outputs)):
+            for t in tensors:
+                _tensor(container, t.name, mc.DataType.Value(t.data_type), list(t.dims))
+        _instances(config, 1, gpu=native)
+        if native:
+            config.default_model_filename = "model.onnx"
+            _params(config, cudnn_conv_algo_search="1")  # heuristic: no search per new shape
+        else:
+            _params(config, intra_op_threads=threads, internal=str(internal).lower())
+        configs[variant] = config
+    return configs
 
 
 def render(opts: BuildOptions | None = None) -> dict[str, str]:

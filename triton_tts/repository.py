@@ -311,10 +311,7 @@ def place_xtts(repo: Path, name: str, folder: Path) -> None:
         stage_dir = repo / model_configs.xtts_stage_name(name, stage)
         _place(folder / stage.graph, stage_dir / "1" / "model.onnx")
         _place(Path(__file__).parent / "onnx_model.py", stage_dir / "1" / "model.py")
-        _write_config(stage_dir / "config.pbtxt", model_configs.xtts_stage(name, stage, folder / stage.graph))
-        for variant in model_configs.GPU_VARIANTS:
-            config = model_configs.xtts_stage(name, stage, folder / stage.graph, variant)
-            _write_config(stage_dir / "configs" / f"{variant}.pbtxt", config)
+        _write_variants(stage_dir, model_configs.xtts_stage(name, stage, folder / stage.graph))
 
 
 def place_vad(repo: Path) -> None:
@@ -333,9 +330,13 @@ def place_vad(repo: Path) -> None:
     if not model.is_file() or model.read_bytes() != graph:
         model.write_bytes(graph)
     _place(Path(__file__).parent / "onnx_model.py", target / "1" / "model.py")
-    _write_config(target / "config.pbtxt", model_configs.vad(model))
-    for variant in model_configs.GPU_VARIANTS:
-        _write_config(target / "configs" / f"{variant}.pbtxt", model_configs.vad(model, variant))
+    _write_variants(target, model_configs.vad(model))
+
+
+def _write_variants(folder: Path, configs: dict[str, Any]) -> None:
+    """A model's configs by variant: ``cpu`` as config.pbtxt, the others in configs/."""
+    for variant, config in configs.items():
+        _write_config(folder / ("config.pbtxt" if variant == "cpu" else f"configs/{variant}.pbtxt"), config)
 
 
 def _write_config(path: Path, config: Any) -> None:

@@ -28,7 +28,6 @@ import asyncio
 import io
 import json
 import re
-import threading
 import zipfile
 from pathlib import PurePath
 from typing import Annotated, Any, Literal
@@ -43,16 +42,16 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from triton_tts.client import SynthesisResult, TTSClient, TTSError
-from triton_tts.client.dubbing import Dub, Dubber
+from triton_tts.client.dubbing import Dub, Dubber, gives_timestamps, place_by_speech
 from triton_tts.client.subtitles import (
     FORMATS,
     Cue,
     SubtitleError,
-    cues_in_regions,
+    decode,
     parse_subtitles,
     script_lines,
-    snap,
 )
+from triton_tts.client.sync_client import PerThreadClients
 from triton_tts.gateway.errors import from_tts_error, invalid
 from triton_tts.gateway.settings import GatewaySettings
 from triton_tts.gateway.speakers import decode_clip
@@ -97,10 +96,7 @@ def read_cues(name: str, data: bytes, max_cues: int) -> tuple[list[Cue] | None, 
     if suffix not in (*FORMATS, ".txt"):
         why = "unsupported format: name the file .srt (SubRip), .vtt (WebVTT) or .txt (a script)"
         raise SubtitleError(why, None, name)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise SubtitleError("not UTF-8 text", data[: err.start].count(b"\n") + 1, name) from None
+    text = decode(data, name)
     cues = parse_subtitles(text, FORMATS[suffix], name) if suffix in FORMATS else None
     lines = script_lines(text) if cues is None else []
     count = len(cues) if cues is not None else len(lines)
@@ -130,18 +126,10 @@ class DubJob:
                  timestamps: bool) -> None:  # fmt: skip
         self.settings, self.voice, self.speaker, self.caller = settings, voice, speaker, caller
         self.timestamps = timestamps
-        self.local = threading.local()
-        self.clients: list[TTSClient] = []
-        self.lock = threading.Lock()
-
-    def client(self) -> TTSClient:
-        if not hasattr(self.local, "client"):
-            key = self.settings.api_keys[0] if self.settings.api_keys else None
-            self.local.client = TTSClient(self.settings.triton_url, "grpc", timeout_s=self.settings.timeout_s,
-                                          api_key=key)  # fmt: skip
-            with self.lock:
-                self.clients.append(self.local.client)
-        return self.local.client  # type: ignore[no-any-return]
+        key = settings.api_keys[0] if settings.api_keys else None
+        self.client = PerThreadClients(
+            lambda: TTSClient(settings.triton_url, "grpc", timeout_s=settings.timeout_s, api_key=key)
+        )
 
     def synthesize(self, text: str, speed: float) -> SynthesisResult:
         return self.client().synthesize(text, speed=speed, speaker_id=self.speaker, voice=self.voice,
@@ -151,11 +139,9 @@ class DubJob:
             form: DubForm, source: str) -> Dub:  # fmt: skip
         try:
             if original is not None and (cues is None or form.snap is not None):
-                regions = [(r.start, r.end) for r in self.client().speech_regions(*original)]
-                if cues is None:
-                    cues = cues_in_regions(lines, regions, source)
-                else:
-                    cues = snap(cues, [start for start, _ in regions], form.snap or 0.0)
+                cues = place_by_speech(
+                    cues, lines, self.client().speech_regions(*original), form.snap, source
+                )
             assert cues is not None
             length = len(original[0]) / original[1] if original is not None else None
             if max(length or 0.0, cues[-1].end) > self.settings.max_dub_seconds:
@@ -167,8 +153,7 @@ class DubJob:
                 )
             return Dubber(self.synthesize, form.max_speed, CONCURRENCY).dub(cues, length)
         finally:
-            for client in self.clients:
-                client.close()
+            self.client.close()
 
 
 async def dub(request: Request, settings: GatewaySettings, voices: Voices, caller: str) -> Response:
@@ -204,9 +189,7 @@ async def dub(request: Request, settings: GatewaySettings, voices: Voices, calle
         except ValueError as err:
             raise invalid(f"original: {err}", "original", "bad_audio") from None
     voice, speaker = await voices.resolve(fields.voice)
-    served = {v.name: v for v in await voices.served()}
-    timestamps = bool(served.get(voice.split(":", 1)[0]) and served[voice.split(":", 1)[0]].timestamps)
-    job = DubJob(settings, voice, speaker, caller, timestamps)
+    job = DubJob(settings, voice, speaker, caller, gives_timestamps(await voices.served(), voice))
     try:
         result = await asyncio.to_thread(job.run, cues, lines, original, fields, source)
     except SubtitleError as err:

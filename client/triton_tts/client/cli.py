@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
@@ -16,6 +15,7 @@ import numpy.typing as npt
 import soundfile as sf
 
 from triton_tts.client.captions import FORMATS, captions
+from triton_tts.client.sync_client import PerThreadClients
 from triton_tts.client.tts_client import (
     API_KEY_ENV,
     DEFAULT_TIMEOUT_S,
@@ -218,6 +218,17 @@ def say(args: argparse.Namespace) -> int:
     return 0
 
 
+def _thread_clients(args: argparse.Namespace) -> PerThreadClients:
+    """A client per worker thread, to the server the command line names."""
+
+    def make() -> TTSClient:
+        retry = retry_policy(args)
+        return TTSClient(args.url, args.protocol, model=args.model, timeout_s=args.timeout, retry=retry,
+                         api_key=args.api_key)  # fmt: skip
+
+    return PerThreadClients(make)
+
+
 def add_synth_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", type=Path, required=True, help="text file, one utterance per line")
     parser.add_argument("--out-dir", type=Path, default=Path("synth"), help="one WAV per line: 0001.wav, ...")
@@ -244,21 +255,7 @@ def synth(args: argparse.Namespace) -> int:
     except OSError as err:
         print(f"triton-tts: cannot make --out-dir {args.out_dir}: {err.strerror}", file=sys.stderr)
         return 1
-    local = threading.local()
-    clients: list[TTSClient] = []
-
-    def client() -> TTSClient:
-        if not hasattr(local, "client"):
-            local.client = TTSClient(
-                args.url,
-                args.protocol,
-                model=args.model,
-                timeout_s=args.timeout,
-                retry=retry_policy(args),
-                api_key=args.api_key,
-            )
-            clients.append(local.client)
-        return local.client  # type: ignore[no-any-return]
+    client = _thread_clients(args)
 
     def one(n: int, text: str) -> tuple[int, SynthesisResult]:
         result = client().synthesize(text, **_options(args))
@@ -279,8 +276,7 @@ def synth(args: argparse.Namespace) -> int:
             except (TTSError, OSError, sf.SoundFileError) as err:
                 failures.append((futures[future], str(err)))
             bar.update(1)
-    for c in clients:
-        c.close()
+    client.close()
     elapsed = time.perf_counter() - start
     causes = {cause for _, cause in failures}
     if len(failures) > 1 and len(causes) == 1:  # an unreachable server: one line, not one per line
@@ -395,8 +391,8 @@ def _dub_inputs(
 def dub(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from triton_tts.client.dubbing import Dubber
-    from triton_tts.client.subtitles import SubtitleError, cues_in_regions, snap
+    from triton_tts.client.dubbing import Dubber, gives_timestamps, place_by_speech
+    from triton_tts.client.subtitles import SubtitleError
 
     script = args.cues.suffix.lower() == ".txt"
     problem, cues, lines, original = _dub_inputs(args, script)
@@ -404,27 +400,13 @@ def dub(args: argparse.Namespace) -> int:
         print(f"triton-tts: {problem}", file=sys.stderr)
         return 1
     length_s = len(original[0]) / original[1] if original is not None else None
-    local = threading.local()
-    clients: list[TTSClient] = []
-
-    def client() -> TTSClient:
-        if not hasattr(local, "client"):
-            local.client = TTSClient(args.url, args.protocol, model=args.model, timeout_s=args.timeout,
-                                     retry=retry_policy(args), api_key=args.api_key)  # fmt: skip
-            clients.append(local.client)
-        return local.client  # type: ignore[no-any-return]
-
+    client = _thread_clients(args)
     start = time.perf_counter()
     try:
-        served = {v.name: v for v in client().voices()}
-        name = (args.voice or next(iter(served), "")).split(":", 1)[0]
-        timestamps = served[name].timestamps if name in served else False
+        timestamps = gives_timestamps(client().voices(), args.voice)
         if original is not None and (script or args.snap is not None):
-            regions = [(r.start, r.end) for r in client().speech_regions(*original)]
-            if script:
-                cues = cues_in_regions(lines, regions, args.cues.name)
-            else:
-                cues = snap(cues, [start for start, _ in regions], args.snap)
+            regions = client().speech_regions(*original)
+            cues = place_by_speech(cues if not script else None, lines, regions, args.snap, args.cues.name)
         with tqdm(total=len(cues), unit="cue", disable=args.no_progress, file=sys.stderr) as bar:
 
             def synthesize(text: str, speed: float) -> SynthesisResult:
@@ -440,8 +422,7 @@ def dub(args: argparse.Namespace) -> int:
         print(f"triton-tts: {err}", file=sys.stderr)
         return 1
     finally:
-        for c in clients:
-            c.close()
+        client.close()
     _write_dub(args, result, time.perf_counter() - start)
     return 0
 

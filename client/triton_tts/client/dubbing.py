@@ -30,7 +30,9 @@ import numpy.typing as npt
 
 from triton_tts.client.captions import _clock, _vtt_text
 from triton_tts.client.datatypes import SynthesisResult, WordTime
-from triton_tts.client.subtitles import Cue
+from triton_tts.client.subtitles import Cue, cues_in_regions, snap
+from triton_tts.client.vad import Region
+from triton_tts.client.voices import VoiceInfo
 
 FloatArray = npt.NDArray[np.float32]
 
@@ -159,6 +161,27 @@ def trimmed(result: SynthesisResult, speed: float) -> Speech:
 
 
 Synthesize = Callable[[str, float], SynthesisResult]
+
+
+def gives_timestamps(served: Sequence[VoiceInfo], voice: str | None) -> bool:
+    """Whether ``voice`` (a name, ``name:speaker``, or None: the server's default, the
+    first served) gives word timestamps, for the report's word times."""
+    name = (voice or (served[0].name if served else "")).split(":", 1)[0]
+    return any(v.name == name and v.timestamps for v in served)
+
+
+def place_by_speech(
+    cues: list[Cue] | None,
+    lines: Sequence[tuple[int, str]],
+    regions: Sequence[Region],
+    snap_s: float | None,
+    source: str,
+) -> list[Cue]:
+    """The cues placed by an original's speech regions: a script's ``lines`` (``cues``
+    None) at the regions' onsets, or timed cues snapped to an onset within ``snap_s``."""
+    if cues is None:
+        return cues_in_regions(lines, [(r.start, r.end) for r in regions], source)
+    return snap(cues, [r.start for r in regions], snap_s or 0.0)
 
 
 class Dubber:

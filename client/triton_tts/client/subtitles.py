@@ -148,12 +148,21 @@ def script_lines(text: str) -> list[tuple[int, str]]:
     return [(n, " ".join(line.split())) for n, line in enumerate(lines, 1) if line.strip()]
 
 
+def decode(data: bytes, source: str) -> str:
+    """A subtitle file's or script's bytes as text: UTF-8, at most MAX_FILE_BYTES."""
+    if len(data) > MAX_FILE_BYTES:
+        raise SubtitleError(
+            f"{len(data)} bytes, over the {MAX_FILE_BYTES} a subtitle file may have", None, source
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise SubtitleError("not UTF-8 text", data[: err.start].count(b"\n") + 1, source) from err
+
+
 def read_script(path: Path) -> list[tuple[int, str]]:
     """The lines of a plain-text script (UTF-8), one cue a line, without timings."""
-    try:
-        lines = script_lines(path.read_bytes().decode("utf-8"))
-    except UnicodeDecodeError as err:
-        raise SubtitleError("not UTF-8 text", None, path.name) from err
+    lines = script_lines(decode(path.read_bytes(), path.name))
     if not lines:
         raise SubtitleError("no lines to dub in the script", None, path.name)
     return lines
@@ -210,14 +219,4 @@ def read_cues(path: Path) -> list[Cue]:
             None,
             path.name,
         )
-    data = path.read_bytes()
-    if len(data) > MAX_FILE_BYTES:
-        raise SubtitleError(
-            f"{len(data)} bytes, over the {MAX_FILE_BYTES} a subtitle file may have", None, path.name
-        )
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = data[: err.start].count(b"\n") + 1
-        raise SubtitleError("not UTF-8 text", line, path.name) from err
-    return parse_subtitles(text, fmt, path.name)
+    return parse_subtitles(decode(path.read_bytes(), path.name), fmt, path.name)

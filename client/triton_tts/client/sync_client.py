@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import queue
+import threading
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from contextlib import closing
 from types import TracebackType
 from typing import Any
@@ -180,3 +181,29 @@ class TTSClient(ClientCore):
                     return
         finally:
             self._client.stop_stream(cancel_requests=not finished)
+
+
+class PerThreadClients:
+    """One :class:`TTSClient` for each thread that asks (tritonclient's clients are not
+    shared across threads), each made by ``make`` on its thread's first call; ``close``
+    closes them all."""
+
+    def __init__(self, make: Callable[[], TTSClient]) -> None:
+        self.make = make
+        self.local = threading.local()
+        self.made: list[TTSClient] = []
+        self.lock = threading.Lock()
+
+    def __call__(self) -> TTSClient:
+        client: TTSClient | None = getattr(self.local, "client", None)
+        if client is None:
+            client = self.local.client = self.make()
+            with self.lock:
+                self.made.append(client)
+        return client
+
+    def close(self) -> None:
+        with self.lock:
+            made, self.made = self.made, []
+        for client in made:
+            client.close()
