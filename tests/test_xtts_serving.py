@@ -476,6 +476,89 @@ def test_a_cancelled_stream_leaves_the_batch(xtts_server: TritonServer) -> None:
     assert metric_total(xtts_server.metrics_port, "tts_xtts_decode_steps_total") == steps  # nothing decodes
 
 
+def decode_steps(server: TritonServer) -> float:
+    time.sleep(0.5)  # the model's counters follow its loop every 0.2 s
+    return metric_total(server.metrics_port, "tts_xtts_decode_steps_total")
+
+
+def test_a_stream_cancelled_at_tts_stream_stops_the_xtts_generation(xtts_server: TritonServer) -> None:
+    """tts_stream reaches the xtts model by BLS: a cancelled client's generation must stop
+    there too, not run the rest of its text for no one."""
+    text = " ".join(f"Line {i} of a text that is long enough to be cut off early." for i in range(30))
+    inputs = long_text_inputs(grpcclient, text, "xtts", clip(41, 4.0), TEMPERATURE=0.0)
+    before, started = decode_steps(xtts_server), time.monotonic()
+    chunks, errors = stream_model(xtts_server.grpc_url, "tts_stream", inputs)
+    took = time.monotonic() - started
+    assert not errors and chunks[-1]["last"]
+    whole = decode_steps(xtts_server) - before  # the text's steps, heard to its end
+
+    client = grpcclient.InferenceServerClient(xtts_server.grpc_url)
+    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    before = decode_steps(xtts_server)
+    try:
+        client.async_stream_infer("tts_stream", inputs, enable_empty_final_response=True)
+        result, error = answers.get(timeout=300)
+        assert error is None and result.get_response().outputs
+    finally:
+        client.stop_stream(cancel_requests=True)
+        client.close()
+    wait_until(lambda: live_generations(xtts_server) == 0, 120, "the cancelled generation to leave its slot")
+    cut = decode_steps(xtts_server) - before
+    assert cut < whole / 4, f"{cut} decode steps after cancelling, {whole} for the whole text"
+    # tts, whole: a request that outlives its own timeout (a fifth of the text's time)
+    # is refused in those words, and its generation stops with it.
+    import tritonclient.http as httpclient
+    from tritonclient.utils import InferenceServerException
+
+    http = httpclient.InferenceServerClient(xtts_server.http_url, network_timeout=300)
+    before = decode_steps(xtts_server)
+    try:
+        with pytest.raises(InferenceServerException, match="request timeout expired"):
+            http.infer("tts", long_text_inputs(httpclient, text, "xtts", clip(41, 4.0), TEMPERATURE=0.0),
+                       timeout=int(took / 5 * 1e6))  # fmt: skip
+    finally:
+        http.close()
+    wait_until(lambda: live_generations(xtts_server) == 0, 120, "the timed-out generation to leave its slot")
+    cut = decode_steps(xtts_server) - before
+    assert cut < whole / 2, f"{cut} decode steps after the timeout, {whole} for the whole text"
+    # The server goes on serving: the next stream is whole.
+    chunks, errors = stream_model(
+        xtts_server.grpc_url,
+        "tts_stream",
+        long_text_inputs(grpcclient, "Still here.", "xtts", clip(42, 3.0), TEMPERATURE=0.0),
+    )
+    assert not errors and chunks and chunks[-1]["last"]
+
+
+def test_only_the_server_itself_may_cancel_a_job(xtts_server: TritonServer) -> None:
+    """The cancel request is internal: a caller of the xtts model without the server's
+    token is refused by name (it cancels its own request through its stream), and a job
+    id that is not a short string is refused too."""
+    client = grpcclient.InferenceServerClient(xtts_server.grpc_url)
+    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    refusals = []
+    try:
+        for parameters in ({"tts_cancel_job": "0" * 32}, {"tts_job": "x" * 65}):
+            client.async_stream_infer(
+                "xtts", xtts_inputs("Hello there.", clip(43, 3.0)), parameters=parameters,
+                enable_empty_final_response=True,
+            )  # fmt: skip
+            while True:
+                result, error = answers.get(timeout=120)
+                if error is not None:
+                    refusals.append(error.message())
+                elif result.get_response().parameters["triton_final_response"].bool_param:
+                    break
+    finally:
+        client.stop_stream()
+        client.close()
+    assert len(refusals) == 2, refusals
+    assert "tts_cancel_job is internal" in refusals[0]
+    assert "tts_job" in refusals[1] and "1 to 64 characters" in refusals[1]
+
+
 @pytest.fixture(scope="module")
 def one_slot_server(
     voice_dir: Path, xtts_voice: Path, tmp_path_factory: pytest.TempPathFactory

@@ -302,11 +302,7 @@ MAX_CALLER_CHARS = 64
 
 def read_caller(request: Any) -> str:
     """The request's ``caller`` parameter ("" when none): a string, cut to 64 characters."""
-    try:
-        params = json.loads(request.parameters() or "{}")
-    except (AttributeError, ValueError):
-        return ""
-    caller = params.get(CALLER_PARAMETER) if isinstance(params, dict) else None
+    caller = internal.request_parameters(request).get(CALLER_PARAMETER)
     return caller[:MAX_CALLER_CHARS] if isinstance(caller, str) else ""
 
 

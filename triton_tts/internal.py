@@ -70,9 +70,21 @@ class Gate:
         if self.warmups_left > 0:
             self.warmups_left -= 1
             return
-        try:
-            given = json.loads(request.parameters() or "{}").get(PARAMETER, "")
-        except (ValueError, AttributeError):
-            given = ""
-        if not isinstance(given, str) or not hmac.compare_digest(given.encode(), self.token.encode()):
+        if not carries_token(request, self.token):
             raise InvalidRequest(REFUSAL)
+
+
+def request_parameters(request: Any) -> dict[str, Any]:
+    """A Python-backend request's parameters (``request.parameters()``, JSON); empty when
+    it has none or they do not read as an object."""
+    try:
+        given = json.loads(request.parameters() or "{}")
+    except (ValueError, AttributeError, TypeError):
+        return {}
+    return given if isinstance(given, dict) else {}
+
+
+def carries_token(request: Any, token: str) -> bool:
+    """Does ``request`` carry ``token`` as its :data:`PARAMETER` (compared in constant time)?"""
+    given = request_parameters(request).get(PARAMETER, "")
+    return isinstance(given, str) and hmac.compare_digest(given.encode(), token.encode())

@@ -8,21 +8,26 @@ while serving too: ``triton-tts speakers add`` or the gateway's upload), SPEAKER
 its index in the voice's list at build (``triton-tts voices`` shows them), else
 REFERENCE_AUDIO with REFERENCE_SAMPLE_RATE clones a clip; LANGUAGE, SPEED, TEMPERATURE
 and SEED go on as sent. The XTTS model's own errors come back with their codes (a bad clip: INVALID_ARG,
-a full model: UNAVAILABLE). Only importable inside Triton's Python backend.
+a full model: UNAVAILABLE). A client that cancels (or outlives its own timeout) stops its
+generation in the model too: the request carries a job id, and the model is sent an
+internal request that cancels that job. Only importable inside Triton's Python backend.
 """
 
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from triton_tts import internal
 from triton_tts.bls import ChunkFailed, LongTextSettings, RequestCancelled
 from triton_tts.client.voices import XTTS_KIND, VoiceInfo
 from triton_tts.validation import InvalidRequest
+from triton_tts.xtts.requests import CANCEL_PARAMETER, JOB_PARAMETER
 from triton_tts.xtts.runner import FloatArray
 
 PASSED_ON = ("SPEED", "LANGUAGE", "REFERENCE_AUDIO", "REFERENCE_SAMPLE_RATE", "TEMPERATURE", "SEED")
@@ -108,29 +113,62 @@ def _failure(error: Any) -> ChunkFailed:
     return ChunkFailed(message, code)
 
 
+def cancel_job(model: str, job: str, responses: Any = None) -> None:
+    """Stop the generation of job id ``job`` in the XTTS ``model``. A BLS request of its
+    own: the model does not see that a BLS caller's own caller went away, and Triton 2.51's
+    Python backend cannot cancel a BLS request. Where Triton can (``responses.cancel()``,
+    later releases), it is asked as well. Best effort: a failure is logged, not raised."""
+    cancel = getattr(responses, "cancel", None)
+    try:
+        if callable(cancel):
+            cancel()
+        answers = pb_utils.InferenceRequest(
+            model_name=model,
+            requested_output_names=[],
+            inputs=[],
+            parameters={**internal.parameters(), CANCEL_PARAMETER: job},
+        ).exec(decoupled=True)
+        for answer in answers:
+            if answer.has_error():
+                raise ChunkFailed(str(answer.error().message()), None)
+    except Exception as err:
+        pb_utils.Logger.log_warn(f"{model}: cancelling job {job} failed: {err}")
+
+
 def forward(
     request: Any, voice: VoiceInfo, request_id: str, cancelled: Any
 ) -> Iterator[tuple[FloatArray, int, bool]]:
     """The voice's chunks (audio, rate, is it the last) in order; ends at the model's final
-    response, or (RequestCancelled) when ``cancelled()`` says the client went away."""
+    response, or (RequestCancelled) when ``cancelled()`` says the client went away. A
+    request left before its end (cancelled, or its reader gone) has its generation
+    stopped in the model (:func:`cancel_job`)."""
+    job = uuid.uuid4().hex
     responses = pb_utils.InferenceRequest(
         model_name=voice.model,
         requested_output_names=["AUDIO", "SAMPLE_RATE", "IS_LAST"],
         inputs=xtts_inputs(request, voice),
         request_id=request_id,
+        parameters={JOB_PARAMETER: job},
     ).exec(decoupled=True)
-    sent = 0
-    for response in responses:
-        if response.has_error():
-            raise _failure(response.error())
-        audio = pb_utils.get_output_tensor_by_name(response, "AUDIO")
-        if audio is None:  # the final flag alone
-            continue
-        rate = int(pb_utils.get_output_tensor_by_name(response, "SAMPLE_RATE").as_numpy().reshape(-1)[0])
-        last = bool(pb_utils.get_output_tensor_by_name(response, "IS_LAST").as_numpy().reshape(-1)[0])
-        yield audio.as_numpy().reshape(-1).astype(np.float32, copy=False), rate, last
-        sent += 1
-        # After the last chunk the caller has sent its final flag: its sender is gone, and
-        # asking it (is_cancelled) would crash Triton 2.51.
-        if not last and cancelled():
-            raise RequestCancelled(cancelled.reason or "request cancelled", sent, sent)
+    sent, ended = 0, False
+    try:
+        for response in responses:
+            if response.has_error():
+                ended = True  # the model ends a failed request itself
+                raise _failure(response.error())
+            audio = pb_utils.get_output_tensor_by_name(response, "AUDIO")
+            if audio is None:  # the final flag alone
+                continue
+            rate = int(pb_utils.get_output_tensor_by_name(response, "SAMPLE_RATE").as_numpy().reshape(-1)[0])
+            last = bool(pb_utils.get_output_tensor_by_name(response, "IS_LAST").as_numpy().reshape(-1)[0])
+            ended = last
+            yield audio.as_numpy().reshape(-1).astype(np.float32, copy=False), rate, last
+            sent += 1
+            # After the last chunk the caller has sent its final flag: its sender is gone, and
+            # asking it (is_cancelled) would crash Triton 2.51.
+            if not last and cancelled():
+                raise RequestCancelled(cancelled.reason or "request cancelled", sent, sent)
+        ended = True
+    finally:
+        if not ended:
+            cancel_job(voice.model, job, responses)

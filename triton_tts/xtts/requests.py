@@ -11,6 +11,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from triton_tts import internal
 from triton_tts.request_options import one_value, read_text
 from triton_tts.validation import InvalidRequest
 from triton_tts.xtts.card import Sampling, XttsCard
@@ -18,6 +19,11 @@ from triton_tts.xtts.runner import FloatArray
 
 MAX_TEXT_CHARS = 20_000
 MAX_SEED = 2**63 - 1
+# Request parameters between tts/tts_stream and the xtts model (triton_tts/xtts/forward.py):
+# a generation's job id, and an internal request that cancels the job of that id.
+JOB_PARAMETER = "tts_job"
+CANCEL_PARAMETER = "tts_cancel_job"
+MAX_JOB_ID_CHARS = 64
 
 RequestRefused = InvalidRequest
 
@@ -113,3 +119,32 @@ def read_controls(request: Any, card: XttsCard) -> Controls:
         sampling=sampling,
         seed=int(schema.seed) if schema.seed is not None else int(np.random.default_rng().integers(0, 2**31)),
     )
+
+
+def _job_id(request: Any, key: str) -> str | None:
+    value = internal.request_parameters(request).get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_JOB_ID_CHARS:
+        raise InvalidRequest(f"parameter {key}: a job id is a string of 1 to {MAX_JOB_ID_CHARS} characters")
+    return value
+
+
+def read_job(request: Any) -> str | None:
+    """The request's job id (the :data:`JOB_PARAMETER` parameter tts and tts_stream send),
+    by which their internal cancel request names the generation; None when it has none."""
+    return _job_id(request, JOB_PARAMETER)
+
+
+def read_cancel(request: Any, token: str | None) -> str | None:
+    """The job id an internal cancel request names (:data:`CANCEL_PARAMETER`), None for any
+    other request. Only the server's own models may cancel (they carry its internal token,
+    triton_tts/internal.py); a caller of the xtts model cancels its own request as Triton
+    does, through its stream."""
+    job = _job_id(request, CANCEL_PARAMETER)
+    if job is not None and token is not None and not internal.carries_token(request, token):
+        raise InvalidRequest(
+            f"parameter {CANCEL_PARAMETER} is internal: only the server's own models cancel jobs "
+            "(cancel your own request through its stream, or give it a timeout)"
+        )
+    return job

@@ -13,7 +13,9 @@ in a bounded LRU), and handed to the scheduler's loop (triton_tts.xtts.scheduler
 batches every live request's decode step into one GPT run and sends audio every
 ``chunk_codes`` codes. Every response carries AUDIO, SAMPLE_RATE, CHUNK_INDEX and
 IS_LAST; the final flag always ends a request, after an error too. A request Triton marks
-cancelled, or one that outlives its own ``timeout``, stops at its next step.
+cancelled, or one that outlives its own ``timeout``, stops at its next step; so does one
+whose job id (the ``tts_job`` parameter tts and tts_stream send) an internal cancel
+request names (``tts_cancel_job``, with the server's internal token: :class:`Jobs`).
 
 The conditioning encoders and the decoder are the voice's stage models (``xtts_style``,
 ``xtts_speaker``, ``xtts_decoder``; triton_tts/xtts/stage_calls.py), called by BLS: on
@@ -27,19 +29,22 @@ live and waiting generations.
 from __future__ import annotations
 
 import json
+import os
 import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from triton_tts import internal
 from triton_tts.bls import Cancellation
 from triton_tts.config_parameters import string_parameters
 from triton_tts.errors import RequestErrors, request_id
 from triton_tts.xtts import defaults
 from triton_tts.xtts.clips import ClipCache, ClipSettings
-from triton_tts.xtts.requests import RequestRefused, read_controls, read_store
+from triton_tts.xtts.requests import RequestRefused, read_cancel, read_controls, read_job, read_store
 from triton_tts.xtts.runner import ClipRefused, FloatArray, XttsRunner
 from triton_tts.xtts.scheduler import Cancelled, Job, Scheduler
 from triton_tts.xtts.speakers import SpeakerExists, SpeakerStore, UnknownSpeaker
@@ -48,6 +53,44 @@ from triton_tts.xtts.text import TextRefused, XttsText
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 METRICS_PERIOD_S = 0.2
+EARLY_CANCELS = 1024  # cancelled job ids not (yet) seen, remembered in case theirs comes after
+
+
+class Jobs:
+    """Live generations by job id, for the internal cancel requests of tts and tts_stream
+    (triton_tts/xtts/forward.py): Triton does not tell this model that a BLS caller's own
+    client went away. A cancel that comes before its job is remembered (a bounded few)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.events: dict[str, threading.Event] = {}
+        self.early: OrderedDict[str, None] = OrderedDict()
+
+    def start(self, job: str) -> threading.Event:
+        with self.lock:
+            if job in self.events:
+                raise RequestRefused(f"job {job!r} is already generating")
+            event = self.events[job] = threading.Event()
+            if job in self.early:
+                del self.early[job]
+                event.set()
+            return event
+
+    def end(self, job: str) -> None:
+        with self.lock:
+            self.events.pop(job, None)
+
+    def cancel(self, job: str) -> bool:
+        """Stop job ``job``'s generation at its next step; False: none live by that id."""
+        with self.lock:
+            event = self.events.get(job)
+            if event is None:
+                self.early[job] = None
+                while len(self.early) > EARLY_CANCELS:
+                    self.early.popitem(last=False)
+                return False
+            event.set()
+            return True
 
 
 class TritonPythonModel:
@@ -80,6 +123,8 @@ class TritonPythonModel:
         self.name = args["model_name"]
         self.errors = RequestErrors(self.name, tagged=True)
         self.rate = np.array([self.runner.card.output_rate], dtype=np.int32)
+        self.jobs = Jobs()
+        self.token = os.environ.get(internal.TOKEN_ENV) or None
         self._metrics(args["model_instance_name"])
         pool, card = self.scheduler.pool, self.runner.card
         pb_utils.Logger.log_info(
@@ -131,7 +176,7 @@ class TritonPythonModel:
             rid = request_id(request)
             sender = request.get_response_sender()
             try:
-                if self._store(request, rid, sender):
+                if self._cancel(request, sender) or self._store(request, rid, sender):
                     continue
             except Exception as err:  # reading the request: its own error (INVALID_ARG)
                 sender.send(self.errors.invalid(rid, str(err)))
@@ -167,6 +212,18 @@ class TritonPythonModel:
             ]
         )
 
+    def _cancel(self, request: Any, sender: Any) -> bool:
+        """An internal cancel request: its job's generation stops at its next step (the
+        job's own request then ends with its final flag); answered with the final flag
+        alone. False: not one."""
+        job = read_cancel(request, self.token)
+        if job is None:
+            return False
+        if self.jobs.cancel(job):
+            pb_utils.Logger.log_info(f"{self.name}: job {job} cancelled by its caller")
+        sender.send(flags=FINAL)
+        return True
+
     def _store(self, request: Any, rid: str, sender: Any) -> bool:
         """A STORE_SPEAKER request: the clip's conditioning saved as a named speaker, then
         one empty last chunk (or the refusal) and the final flag. False: not one."""
@@ -197,6 +254,14 @@ class TritonPythonModel:
         else:
             conditioning = self.clips.conditioning(controls.reference, controls.reference_rate)
         cancellation = Cancellation(sender.is_cancelled, request.timeout())
+        job_id = read_job(request)
+        by_caller = self.jobs.start(job_id) if job_id is not None else threading.Event()
+
+        def cancelled() -> bool:
+            if by_caller.is_set() and cancellation.reason is None:
+                cancellation.reason = "cancelled by its caller"
+            return cancellation()
+
         index = [0]
         done = threading.Event()
 
@@ -209,6 +274,8 @@ class TritonPythonModel:
             if done.is_set():
                 return
             done.set()
+            if job_id is not None:
+                self.jobs.end(job_id)
             try:
                 if isinstance(err, Cancelled):
                     pb_utils.Logger.log_warn(
@@ -222,7 +289,7 @@ class TritonPythonModel:
 
         return Job(
             segments=segments, conditioning=conditioning, sampling=controls.sampling, seed=controls.seed,
-            send=send, finish=finish, cancelled=cancellation,
+            send=send, finish=finish, cancelled=cancelled,
         )  # fmt: skip
 
     def finalize(self) -> None:
