@@ -110,6 +110,63 @@ def test_listeners_are_admitted_by_demand_not_by_count(tmp_path: Path) -> None:
     assert len([book.admit_stream(f"x{i}", "joe", "", 60.0, 0.0, 10.0) for i in range(17)]) == 17
 
 
+def test_a_stream_without_room_waits_its_turn(tmp_path: Path) -> None:
+    """Streams that find no room queue first come, first served: a newcomer and a later
+    ticket are refused while an earlier one waits, and each gets in once room frees."""
+    clock = Clock()
+    book = ledger(tmp_path, clock, stream_headroom=0.9)  # room: 10 % of 20 audio-s/s, 2 listeners
+    running = [book.admit_stream(f"s{i}", "joe", "", 30.0, 0.0, 10.0) for i in range(2)]
+    with pytest.raises(Refused, match="listeners take"):
+        book.admit_stream("third", "joe", "", 30.0, 0.0, 10.0)
+    first = book.enqueue_stream("joe", 30.0, 10.0)
+    clock.now += 1.0
+    second = book.enqueue_stream("joe", 30.0, 10.0)
+    # the running streams' 19 s left each, and the 20 s the first holds, over 2 at once
+    assert book.stream_wait_s(first) == pytest.approx(19.0)
+    assert book.stream_wait_s(second) == pytest.approx(19.0 + 10.0)
+    book.release(running[0])
+    for cut_in in ("newcomer", second):
+        with pytest.raises(Refused, match="wait for room ahead of it"):
+            book.admit_stream(
+                "x", "joe", "", 30.0, 0.0, 10.0, ticket=None if cut_in == "newcomer" else cut_in
+            )
+    book.admit_stream("first", "joe", "", 30.0, 0.0, 10.0, ticket=first)
+    book.release(running[1])
+    book.admit_stream("second", "joe", "", 30.0, 0.0, 10.0, ticket=second)
+    assert book.load().streams == 2 and book.stream_wait_s("gone") == pytest.approx(20.0)  # 20 s left each
+
+
+def test_as_many_streams_wait_as_may_run(tmp_path: Path) -> None:
+    book = ledger(tmp_path, max_streams=2)
+    tickets = [book.enqueue_stream("joe", 5.0, 10.0) for _ in range(2)]
+    with pytest.raises(Refused, match="2 streams already wait"):
+        book.enqueue_stream("joe", 5.0, 10.0)
+    book.leave_queue(tickets[0])
+    book.enqueue_stream("joe", 5.0, 10.0)
+
+
+def test_a_request_waits_as_long_as_it_says() -> None:
+    """The budget is the request's own deadline (microseconds, as Triton's timeout), up to
+    max_wait_s; a request that states none gets the defaults."""
+    defaults = AdmissionSettings.from_parameters({})
+    assert (defaults.text_budget(0), defaults.stream_budget(0)) == (45.0, 45.0)
+    assert defaults.text_budget(2_500_000) == defaults.stream_budget(2_500_000) == 2.5
+    assert defaults.text_budget(10**12) == defaults.max_wait_s == 300.0
+    rendered = AdmissionSettings.from_parameters(
+        {"text_budget_ms": "1000", "stream_wait_ms": "2000", "max_wait_ms": "5000"}
+    )
+    assert (rendered.text_budget(0), rendered.stream_budget(0), rendered.text_budget(9_000_000)) == (1, 2, 5)
+
+
+def test_a_text_is_refused_past_its_own_deadline_only(tmp_path: Path) -> None:
+    book = ledger(tmp_path)  # the default budget
+    for i in range(10):  # 10 machine-seconds ahead: within the default 45 s
+        book.admit_text(f"t{i}", "joe", "", 20.0)
+    with pytest.raises(Refused, match=r"would wait ~10\.0 s .*its budget: 2 s"):
+        book.admit_text("hurried", "joe", "", 20.0, budget_s=2.0)
+    book.admit_text("patient", "joe", "", 20.0)
+
+
 def test_first_chunks_ahead_bound_a_new_stream(tmp_path: Path) -> None:
     book = ledger(tmp_path, first_chunk_budget_s=1.0)
     for i in range(5):  # 4 s of first chunk each: 0.2 machine-seconds

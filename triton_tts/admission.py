@@ -15,13 +15,19 @@ refuses light load and admits heavy load. Here every admitted request is a line 
 - **work**: a request's predicted audio (characters x the voice's calibrated seconds per
   character, triton_tts/limits.py, over SPEED) / ``C``: the machine-seconds it needs.
 - **texts** (``tts``): the wait of a new text is the text work admitted and not yet done,
-  over the share of the machine the listeners leave. Above ``text_budget_s`` it is refused.
+  over the share of the machine the listeners leave. Above its budget it is refused: the
+  request's own deadline (Triton's request ``timeout``, at most ``max_wait_s``) or, when it
+  states none, ``text_budget_s``, sized so that a burst the machine can serve in that time
+  is queued, not refused (docs/deployment.md, "Admission").
 - **listeners** (``tts_stream``): a paced stream needs its audio at real time, ``1 / C``
   of the machine while it generates. A new one is admitted while the listeners' demand
   stays under ``1 - stream_headroom``, and while the first chunks ahead of its own (they
   overtake everything else: the priority levels below) take at most
   ``first_chunk_budget_s``. In a burst, each new first chunk is made shorter
-  (:attr:`Load.first_chunk_scale`).
+  (:attr:`Load.first_chunk_scale`). A stream that does not fit now waits for room in a
+  queue, first come first served (:meth:`Ledger.enqueue_stream`), as long as its predicted
+  wait (:meth:`Ledger.stream_wait_s`) stays within its budget: its deadline, or
+  ``stream_wait_s`` when it states none; past that it is refused at once.
 - **callers**: a caller named by the ``caller`` request parameter (the gateway names each
   API key's) may hold at most ``caller_share`` of the text budget and of the listeners'
   room; what it holds beyond that does not count against other callers' waits. Unnamed
@@ -105,6 +111,7 @@ class Refused(Exception):
     """Admitting the request would break a budget; ``retry_after_s`` says when it might not."""
 
     def __init__(self, why: str, retry_after_s: float) -> None:
+        self.reason = why
         self.retry_after_s = max(0.1, retry_after_s)
         super().__init__(busy_message(why, self.retry_after_s))
 
@@ -113,7 +120,11 @@ class Refused(Exception):
 class AdmissionSettings:
     """The budgets (model parameters rendered by triton_tts/model_configs.py)."""
 
-    text_budget_s: float = 8.0
+    # The wait of a request that states no deadline (Triton's request timeout): long enough
+    # that a bounded burst is queued and served rather than refused (docs/deployment.md).
+    text_budget_s: float = 45.0
+    stream_wait_s: float = 45.0  # a stream's wait for room, when it states no deadline
+    max_wait_s: float = 300.0  # the most a request's own deadline may ask to wait
     first_chunk_budget_s: float = 1.0
     stream_headroom: float = 0.15
     caller_share: float = 0.5
@@ -125,7 +136,9 @@ class AdmissionSettings:
     @classmethod
     def from_parameters(cls, params: Mapping[str, str]) -> AdmissionSettings:
         return cls(
-            text_budget_s=int(params.get("text_budget_ms", "8000")) / 1000,
+            text_budget_s=int(params.get("text_budget_ms", "45000")) / 1000,
+            stream_wait_s=int(params.get("stream_wait_ms", "45000")) / 1000,
+            max_wait_s=int(params.get("max_wait_ms", "300000")) / 1000,
             first_chunk_budget_s=int(params.get("first_chunk_budget_ms", "1000")) / 1000,
             stream_headroom=int(params.get("stream_headroom_pct", "15")) / 100,
             caller_share=int(params.get("caller_share_pct", "50")) / 100,
@@ -134,6 +147,15 @@ class AdmissionSettings:
             paced=int(params.get("lead_ms", "1")) > 0,
             counted=params.get("admission", "work") == "requests",
         )
+
+    def text_budget(self, timeout_us: int = 0) -> float:
+        """How long a text may wait: its own deadline (Triton's request ``timeout``, in
+        microseconds; 0: none stated), at most ``max_wait_s``, or ``text_budget_s``."""
+        return min(timeout_us / 1e6, self.max_wait_s) if timeout_us > 0 else self.text_budget_s
+
+    def stream_budget(self, timeout_us: int = 0) -> float:
+        """How long a stream may wait for room: as :meth:`text_budget`, or ``stream_wait_s``."""
+        return min(timeout_us / 1e6, self.max_wait_s) if timeout_us > 0 else self.stream_wait_s
 
 
 @dataclass
@@ -238,9 +260,11 @@ class Ledger:
                 state.setdefault("source", {})
                 state.setdefault("stages", {})
                 state.setdefault("work", [])
+                state.setdefault("queue", [])  # streams waiting for room, in arrival order
                 state.setdefault("window", {"start": self.clock(), "used": 0.0, "busy": True})
                 state.setdefault("demanded", {"admitted": 0.0, "refused": 0.0})
                 state["work"] = [w for w in state["work"] if self.alive(int(w["pid"]))]
+                state["queue"] = [q for q in state["queue"] if self.alive(int(q["pid"]))]
                 yield state
                 if write:
                     scratch = path.with_suffix(f".{os.getpid()}.tmp")
@@ -302,9 +326,13 @@ class Ledger:
                 state["stages"][voice] = {k: float(v) for k, v in stages.items()}
 
     # -- decisions --------------------------------------------------------------------
-    def admit_text(self, request_id: str, voice: str, caller: str, audio_s: float) -> Work:
-        """Admit a text of ``audio_s`` predicted seconds, or raise :class:`Refused`."""
+    def admit_text(
+        self, request_id: str, voice: str, caller: str, audio_s: float, budget_s: float | None = None
+    ) -> Work:
+        """Admit a text of ``audio_s`` predicted seconds that may wait ``budget_s`` (default:
+        the settings' text budget), or raise :class:`Refused`."""
         s = self.settings
+        budget = s.text_budget_s if budget_s is None else budget_s
         if s.counted:
             caller, audio_s = "", 0.0
         with self._state() as state:
@@ -325,11 +353,11 @@ class Ledger:
                             own - allowed,
                         )
                 wait = self._text_wait(state, load, caller)
-                if wait > s.text_budget_s + EPSILON:
+                if wait > budget + EPSILON:
                     raise Refused(
                         f"a text would wait ~{wait:.1f} s for the work admitted ahead of it "
-                        f"(tts waits at most {s.text_budget_s:g} s)",
-                        wait - s.text_budget_s,
+                        f"(its budget: {budget:g} s)",
+                        wait - budget,
                     )
             except Refused:
                 state["demanded"]["refused"] += audio_s
@@ -340,10 +368,22 @@ class Ledger:
             return work
 
     def admit_stream(
-        self, request_id: str, voice: str, caller: str, audio_s: float, first_audio_s: float, lead_s: float
+        self,
+        request_id: str,
+        voice: str,
+        caller: str,
+        audio_s: float,
+        first_audio_s: float,
+        lead_s: float,
+        ticket: str | None = None,
+        queueing: bool = False,
     ) -> Work:
         """Admit a listener (``audio_s`` in all, ``first_audio_s`` in its first chunk), or
-        raise :class:`Refused`. Unpaced streams take the machine as texts do."""
+        raise :class:`Refused`. Unpaced streams take the machine as texts do. Streams
+        waiting for room go first: a newcomer (or a ``ticket`` of :meth:`enqueue_stream`
+        with others ahead of it) is refused while any waits ahead of it. ``queueing``: a
+        refusal is not counted as refused demand (the stream waits; :meth:`refused` counts
+        it if it never gets in)."""
         s = self.settings
         if s.counted:
             caller, audio_s, first_audio_s, lead_s = "", 0.0, 0.0, 0.0
@@ -353,6 +393,12 @@ class Ledger:
             rate = 1.0 / capacity if s.paced else 0.0  # of the machine
             first = first_audio_s / capacity
             try:
+                ahead = self._queued_ahead(state, ticket)
+                if ahead:
+                    raise Refused(
+                        f"{len(ahead)} stream(s) wait for room ahead of it",
+                        self._queue_wait(state, ahead),
+                    )
                 if s.max_streams and load.streams >= s.max_streams:
                     raise Refused(f"{load.streams} streams in progress, the most tts_stream takes", 1.0)
                 if load.first_work_s > s.first_chunk_budget_s + EPSILON:
@@ -386,7 +432,8 @@ class Ledger:
                             self._next_end(state, caller) - self.clock(),
                         )
             except Refused:
-                state["demanded"]["refused"] += audio_s
+                if not queueing:
+                    state["demanded"]["refused"] += audio_s
                 raise
             now = self.clock()
             work = Work(
@@ -401,7 +448,62 @@ class Ledger:
             )
             state["work"].append(asdict(work))
             state["demanded"]["admitted"] += audio_s
+            state["queue"] = [q for q in state["queue"] if q["key"] != ticket]
             return work
+
+    # -- streams waiting for room -----------------------------------------------------
+    def enqueue_stream(self, voice: str, audio_s: float, lead_s: float) -> str:
+        """A place in the queue of streams waiting for room (its ticket, for
+        :meth:`admit_stream`, :meth:`stream_wait_s` and :meth:`leave_queue`); refused when
+        as many streams wait as the server takes in progress (``max_streams``)."""
+        with self._state() as state:
+            waiting = len(state["queue"])
+            if self.settings.max_streams and waiting >= self.settings.max_streams:
+                raise Refused(
+                    f"{waiting} streams already wait for room", self._queue_wait(state, state["queue"])
+                )
+            ticket = uuid.uuid4().hex
+            state["queue"].append(
+                {
+                    "key": ticket,
+                    "voice": voice,
+                    "hold_s": max(0.0, audio_s - lead_s),
+                    "pid": os.getpid(),
+                    "since": self.clock(),
+                }
+            )
+            return ticket
+
+    def stream_wait_s(self, ticket: str) -> float:
+        """The predicted wait of a queued stream: the admitted streams' time left and the
+        holds of those queued ahead of it, shared out over the streams that run at once,
+        plus the first chunks not made yet (a fluid estimate: streams end one by one)."""
+        with self._state(write=False) as state:
+            return self._queue_wait(state, self._queued_ahead(state, ticket))
+
+    def refused(self, audio_s: float) -> None:
+        """A queued stream that never got in: its audio counts as refused demand."""
+        with self._state() as state:
+            state["demanded"]["refused"] += audio_s
+
+    def leave_queue(self, ticket: str) -> None:
+        with self._state() as state:
+            state["queue"] = [q for q in state["queue"] if q["key"] != ticket]
+
+    @staticmethod
+    def _queued_ahead(state: dict[str, Any], ticket: str | None) -> list[dict[str, Any]]:
+        """The queued streams ahead of ``ticket`` (None: a newcomer, behind all of them)."""
+        own = next((q for q in state["queue"] if q["key"] == ticket), None)
+        if own is None:
+            return list(state["queue"])
+        return [q for q in state["queue"] if q["key"] != ticket and float(q["since"]) <= float(own["since"])]
+
+    def _queue_wait(self, state: dict[str, Any], ahead: list[dict[str, Any]]) -> float:
+        now = self.clock()
+        streams = [w for w in state["work"] if w["kind"] == "stream"]
+        left = sum(max(0.0, float(w["ends_at"]) - now) for w in streams)
+        held = sum(float(q["hold_s"]) for q in ahead)
+        return (left + held) / max(1, len(streams)) + self._load(state).first_work_s
 
     def _text_wait(self, state: dict[str, Any], load: Load, caller: str) -> float:
         """The wait of a new text from ``caller``: the texts' work ahead of it, where each

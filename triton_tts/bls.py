@@ -82,16 +82,23 @@ class Cancellation:
     end, ``chunks_in_flight`` chunks at a time. Any request can bound itself, over either
     protocol, with its own ``timeout`` (tritonclient's ``timeout=``, in microseconds, read
     here with ``request.timeout()``): yes, too, once that long has passed since the model
-    started it (the wait in Triton's queue before that is Triton's to bound). Each
+    took it (its wait for admission included; the wait in Triton's queue before that is
+    Triton's to bound). The same timeout is the request's deadline for admission
+    (triton_tts.admission.AdmissionSettings.text_budget). Each
     question is one round trip to Triton, once per chunk.
     """
 
     CANCELLED = "request cancelled"
     TIMED_OUT = "request timeout expired"
 
-    def __init__(self, is_cancelled: Callable[[], bool], timeout_us: int = 0) -> None:
+    def __init__(
+        self, is_cancelled: Callable[[], bool], timeout_us: int = 0, since: float | None = None
+    ) -> None:
+        """``since``: when the model took the request (time.monotonic()), if before now: a
+        wait for admission counts against its timeout."""
         self._is_cancelled = is_cancelled
-        self._deadline = time.monotonic() + timeout_us / 1e6 if timeout_us > 0 else None
+        start = time.monotonic() if since is None else since
+        self._deadline = start + timeout_us / 1e6 if timeout_us > 0 else None
         self.reason: str | None = None
 
     def __call__(self) -> bool:
@@ -113,6 +120,7 @@ class LongTextRequest:
     characters: int  # of the decoded TEXT, before normalisation (for metrics)
     says_something: Callable[[str], bool] = pronounceable  # text.speaks.pronounceable for the voice
     caller: str = ""  # the request's "caller" parameter (the gateway names API keys' callers)
+    deadline_us: int = 0  # how long it may wait for admission (wait_deadline_us); 0: not stated
     audio_s: float = 0.0  # predicted audio of all chunks (admission)
     first_audio_s: float = 0.0  # of the first chunk
     written: str | None = None  # TIMESTAMPS: the text as written
@@ -288,6 +296,7 @@ def read_request(
         len(text),
         says_something,
         caller=read_caller(request),
+        deadline_us=wait_deadline_us(request),
         audio_s=audio_s(len(chunks)),
         first_audio_s=audio_s(1),
         written=written if options.timestamps else None,
@@ -304,6 +313,28 @@ def read_caller(request: Any) -> str:
     """The request's ``caller`` parameter ("" when none): a string, cut to 64 characters."""
     caller = internal.request_parameters(request).get(CALLER_PARAMETER)
     return caller[:MAX_CALLER_CHARS] if isinstance(caller, str) else ""
+
+
+MAX_WAIT_PARAMETER = "max_wait_ms"  # request parameter: how long it may wait for admission
+
+
+def wait_deadline_us(request: Any) -> int:
+    """How long the request may wait to be admitted, in microseconds (0: it does not say):
+    its ``max_wait_ms`` parameter, else Triton's request ``timeout`` (the whole request's
+    deadline: a wait past it would be cut anyway). A ``max_wait_ms`` that is not a
+    positive whole number of milliseconds is the caller's error."""
+    given = internal.request_parameters(request).get(MAX_WAIT_PARAMETER)
+    if given is None:
+        return int(request.timeout())
+    try:
+        milliseconds = int(given) if not isinstance(given, bool) else -1
+    except (TypeError, ValueError):
+        milliseconds = -1
+    if milliseconds <= 0:
+        raise InvalidRequest(
+            f"parameter {MAX_WAIT_PARAMETER} must be a positive whole number of milliseconds, got {given!r}"
+        )
+    return milliseconds * 1000
 
 
 class Audio(NamedTuple):

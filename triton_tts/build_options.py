@@ -141,7 +141,19 @@ class BuildOptions:
         "what admission counts: work (the budgets) or requests (max_texts, max_streams)",
         pattern=r"^(work|requests)$",
     )
-    text_budget_ms: int = option(8000, "tts: refuse a text that would wait longer than this", minimum=1)
+    # A request may state how long it waits (Triton's request timeout, the client's
+    # timeout, the gateway's X-Request-Timeout); these budgets are for those that do not.
+    # The default queues what 2 cores serve of a 64-caller burst of short texts, and stays
+    # under the 60 s that proxies and HTTP clients commonly allow (docs/deployment.md).
+    text_budget_ms: int = option(
+        45_000, "tts: refuse a text that would wait longer than this (no deadline of its own)", minimum=1
+    )
+    stream_wait_ms: int = option(
+        45_000,
+        "tts_stream: a stream with no room yet waits this long for it (no deadline of its own)",
+        minimum=1,
+    )
+    max_wait_ms: int = option(300_000, "the longest wait a request's own deadline may ask for", minimum=1)
     first_chunk_budget_ms: int = option(
         1000, "tts_stream: refuse a stream whose first chunk would wait longer", minimum=1
     )

@@ -264,6 +264,11 @@ class TTSMetrics:
             raise
         self._record_demand(voice, audio_s, "admitted")
 
+    def record_demand(self, voice: str, audio_s: float, admitted: bool) -> None:
+        """A request's predicted audio, admitted or refused (where :meth:`demand`'s block
+        does not fit: a stream that waits for room is counted once, when it gets in or not)."""
+        self._record_demand(voice, audio_s, "admitted" if admitted else "refused")
+
     def _record_demand(self, voice: str, audio_s: float, outcome: str) -> None:
         with self._lock:
             self._demanded[(voice, outcome)].increment(audio_s)

@@ -431,6 +431,8 @@ def _long_text(name: str, opts: BuildOptions, streaming: bool) -> mc.ModelConfig
         bls_threads=str(opts.bls_threads),
         admission=opts.admission,
         text_budget_ms=str(opts.text_budget_ms),
+        stream_wait_ms=str(opts.stream_wait_ms),
+        max_wait_ms=str(opts.max_wait_ms),
         first_chunk_budget_ms=str(opts.first_chunk_budget_ms),
         stream_headroom_pct=str(opts.stream_headroom_pct),
         caller_share_pct=str(opts.caller_share_pct),

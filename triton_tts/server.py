@@ -44,12 +44,13 @@ READY_TIMEOUT_S = 300.0  # warm-up of every model happens before Triton reports 
 STOP_TIMEOUT_S = 30.0
 
 # Triton's API groups (--http-restricted-api, --grpc-restricted-protocol), split between
-# the two keys (docs/api.md, "Keys"). Callers' APIs take the API key: inference, and the
-# metadata and model config that clients and perf_analyzer read first (the voices list is
-# in tts's config). Everything that changes state or shows internals takes the admin key.
-# Health stays open for probes and load balancers.
-CALLER_APIS = ("inference", "metadata", "model-config")
-ADMIN_APIS = ("model-repository", "shared-memory", "statistics", "trace", "logging")
+# the two keys (docs/api.md, "Keys"). Callers' APIs take the API key: inference, and what
+# clients and perf_analyzer read around it: metadata, the model config (the voices list is
+# in tts's config) and the statistics (counts and times, no secret: the metrics port shows
+# the same; perf_analyzer aborts without them). Everything that changes state takes the
+# admin key. Health stays open for probes and load balancers.
+CALLER_APIS = ("inference", "metadata", "model-config", "statistics")
+ADMIN_APIS = ("model-repository", "shared-memory", "trace", "logging")
 # A flag's value after one of these is a key: the command line is logged without it.
 SECRET_FLAGS = ("--http-restricted-api=", "--grpc-restricted-protocol=")
 

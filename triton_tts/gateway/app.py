@@ -53,10 +53,12 @@ from triton_tts.gateway.access import ApiKeys, BodyLimit, caller_of, key_of
 from triton_tts.gateway.errors import ApiError, from_tts_error
 from triton_tts.gateway.metrics import GatewayMetrics, SpeechMetrics, Synthesis
 from triton_tts.gateway.schemas import (
+    MAX_WAIT_HEADER,
     MODEL_IDS,
     SpeechBody,
     SpeechRequest,
     parse_captioned_body,
+    parse_max_wait,
     parse_speech_body,
 )
 from triton_tts.gateway.settings import GatewaySettings
@@ -85,6 +87,7 @@ async def open_stream(
         caller=request.caller,
         timestamps=request.timestamps,
         text_format=request.text_format,
+        max_wait_s=request.max_wait_s,
     )
     try:
         first = await anext(chunks)
@@ -225,6 +228,7 @@ class Gateway:
             noise_w=body.noise_w,
             caller=caller_of(self.settings, key_of(request.headers, {}), request.client),
             timestamps=timestamps,
+            max_wait_s=parse_max_wait(request.headers.get(MAX_WAIT_HEADER)),
         )
 
     async def speech(self, request: Request) -> Response:

@@ -290,6 +290,28 @@ class SpeechRequest:
     caller: str | None = None  # who asks, for the server's fair shares (access.caller_of)
     timestamps: bool = False  # the words' times too (voices with word timestamps)
     text_format: str | None = None  # None: the server's auto (SSML when it starts with <speak)
+    max_wait_s: float | None = None  # how long the caller waits to be admitted (MAX_WAIT_HEADER)
+
+
+# A caller's own budget for admission, in seconds (as Retry-After counts): the server
+# refuses at once a request it predicts would wait longer, and queues it otherwise. Without
+# it, the server's default wait applies (docs/deployment.md, "Admission").
+MAX_WAIT_HEADER = "x-max-wait"
+MAX_WAIT_S = 3600.0
+_MAX_WAIT: TypeAdapter[float] = TypeAdapter(Annotated[float, Field(gt=0, le=MAX_WAIT_S, allow_inf_nan=False)])
+
+
+def parse_max_wait(value: str | None) -> float | None:
+    """The X-Max-Wait header -> seconds (None: not sent), or ApiError 400."""
+    if value is None:
+        return None
+    try:
+        return _MAX_WAIT.validate_strings(value.strip())
+    except ValidationError:
+        raise invalid(
+            f"{MAX_WAIT_HEADER} must be seconds above 0 and at most {MAX_WAIT_S:g}, got {value!r}",
+            param=MAX_WAIT_HEADER,
+        ) from None
 
 
 def parse_speech_body(raw: bytes, max_input_chars: int) -> SpeechBody:

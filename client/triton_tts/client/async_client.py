@@ -140,12 +140,14 @@ class AsyncTTSClient(ClientCore):
         retries = self._retries()
         while True:
             try:
-                return await self._synthesize_once(text, settings)
+                return await self._synthesize_once(text, settings, retries.deadline)
             except ServerBusy as err:
                 await asyncio.sleep(retries.wait(err))
 
-    async def _synthesize_once(self, text: str | bytes, options: SynthesisOptions) -> SynthesisResult:
-        request = self._infer_request(text, options)
+    async def _synthesize_once(
+        self, text: str | bytes, options: SynthesisOptions, deadline: float | None = None
+    ) -> SynthesisResult:
+        request = self._infer_request(text, options, deadline)
         with self._errors():
             result = await self._client.infer(self.model, **request)
         return _result(result)

@@ -8,6 +8,7 @@ AsyncTTSClient only make the calls, blocking or awaited, and sleep their own way
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from typing import Any
@@ -165,16 +166,22 @@ class ClientCore:
         words = WORD_OUTPUTS if options.timestamps else ()
         return [self._lib.InferRequestedOutput(n) for n in (*names, *words)]
 
-    def _infer_request(self, text: str | bytes, options: SynthesisOptions) -> dict[str, Any]:
+    def _infer_request(
+        self, text: str | bytes, options: SynthesisOptions, deadline: float | None = None
+    ) -> dict[str, Any]:
         """``infer``'s arguments, but the model. gRPC's call is bounded by ``client_timeout``;
-        HTTP's by its session's timeouts (infer's own ``timeout`` would be Triton's request
-        timeout, in microseconds)."""
+        HTTP's by its session's timeouts. ``deadline`` (a time.monotonic() value: the call's,
+        retries included) goes to the server as Triton's request ``timeout`` (microseconds),
+        so that it refuses at once a text it could not start in time, and stops one that
+        outlives it."""
         request: dict[str, Any] = {
             "inputs": build_inputs(self._lib, text, options),
             "outputs": self._outputs(OUTPUTS, options),
             "parameters": options.parameters,
             "headers": self.headers,
         }
+        if deadline is not None:
+            request["timeout"] = max(1, int((deadline - time.monotonic()) * 1e6))
         if self.protocol == "grpc":
             request["client_timeout"] = self.timeout_s
         return request

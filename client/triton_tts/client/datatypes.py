@@ -28,10 +28,19 @@ class SynthesisOptions:
     timestamps: bool = False
     # "text", "ssml" or "auto" (the server's default: SSML when the text starts with <speak)
     text_format: str | None = None
+    # How long the caller waits to be admitted (the max_wait_ms request parameter): the
+    # server refuses at once what it predicts would wait longer. None: a text's whole-call
+    # timeout (sent as Triton's request timeout), a stream's the server's default wait.
+    max_wait_s: float | None = None
 
     @property
-    def parameters(self) -> dict[str, str] | None:
-        return {"caller": self.caller} if self.caller else None
+    def parameters(self) -> dict[str, str | int] | None:
+        given: dict[str, str | int] = {}
+        if self.caller:
+            given["caller"] = self.caller
+        if self.max_wait_s is not None:
+            given["max_wait_ms"] = max(1, round(self.max_wait_s * 1000))
+        return given or None
 
 
 @dataclass(frozen=True)

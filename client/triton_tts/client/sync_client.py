@@ -68,21 +68,24 @@ class TTSClient(ClientCore):
         caller: str | None = None,
         timestamps: bool = False,
         text_format: str | None = None,
+        max_wait_s: float | None = None,
     ) -> SynthesisResult:
         """One text (any length) -> the whole audio; unset options take the server's defaults.
         A busy server's refusal is retried per ``retry``."""
         options = SynthesisOptions(
-            speed, speaker_id, noise_scale, noise_w, voice, caller, timestamps, text_format
+            speed, speaker_id, noise_scale, noise_w, voice, caller, timestamps, text_format, max_wait_s
         )
         retries = self._retries()
         while True:
             try:
-                return self._synthesize_once(text, options)
+                return self._synthesize_once(text, options, retries.deadline)
             except ServerBusy as err:
                 time.sleep(retries.wait(err))
 
-    def _synthesize_once(self, text: str | bytes, options: SynthesisOptions) -> SynthesisResult:
-        request = self._infer_request(text, options)
+    def _synthesize_once(
+        self, text: str | bytes, options: SynthesisOptions, deadline: float | None = None
+    ) -> SynthesisResult:
+        request = self._infer_request(text, options, deadline)
         try:
             with self._errors():
                 result = self._client.infer(self.model, **request)
@@ -121,13 +124,14 @@ class TTSClient(ClientCore):
         caller: str | None = None,
         timestamps: bool = False,
         text_format: str | None = None,
+        max_wait_s: float | None = None,
     ) -> Generator[AudioChunk, None, None]:
         """Audio chunks in order as the server makes them (gRPC). Leaving the loop early
         (or closing the generator) cancels the request on the server. A busy server's
         refusal is retried per ``retry``, only before the first chunk."""
         _needs_grpc(self.protocol)
         options = SynthesisOptions(
-            speed, speaker_id, noise_scale, noise_w, voice, caller, timestamps, text_format
+            speed, speaker_id, noise_scale, noise_w, voice, caller, timestamps, text_format, max_wait_s
         )
         retries = self._retries()
         while True:

@@ -91,9 +91,16 @@ class TritonPythonModel:
         self.metrics.record_load(self.ledger)
 
     def _admit(self, long_text: LongTextRequest) -> Work:
+        """Admitted while its predicted wait fits its deadline (its max_wait_ms parameter or
+        Triton's request timeout) or, when it states none, the default budget; refused at
+        once otherwise."""
         with self.metrics.demand(long_text.voice, long_text.audio_s):
             return self.ledger.admit_text(
-                long_text.request_id, long_text.voice, long_text.caller, long_text.audio_s
+                long_text.request_id,
+                long_text.voice,
+                long_text.caller,
+                long_text.audio_s,
+                self.ledger.settings.text_budget(long_text.deadline_us),
             )
 
     def _synthesize(
@@ -138,7 +145,7 @@ class TritonPythonModel:
     def _answer(self, request: Any, long_text: LongTextRequest, work: Work, started: float) -> Any:
         rid = long_text.request_id
         try:
-            cancellation = Cancellation(request.is_cancelled, request.timeout())
+            cancellation = Cancellation(request.is_cancelled, request.timeout(), started)
             window = self.settings.chunks_in_flight
             chunks = []
             clock = long_text.word_clock()

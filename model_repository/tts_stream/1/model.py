@@ -8,9 +8,12 @@ flag is always sent (from a ``finally``), also after an error, and a cancelled r
 (the client went away) or one its own ``timeout`` outlives stops before its next chunk
 (triton_tts.bls.Cancellation). A stream is admitted in ``execute`` while the listeners'
 real-time demand fits the server's capacity (triton_tts.admission), then runs in a
-thread. Each stream is paced to playback (``lead_ms``, triton_tts.pacing): a later chunk
-starts when the audio sent leads the listener by less; its chunks go with priorities by
-deadline (triton_tts.bls.Senders, through triton_tts.loopback).
+thread; one that does not fit yet waits in the ledger's queue for room, in a thread, as
+long as its predicted wait fits its deadline (its ``max_wait_ms`` or ``timeout``, or the
+default wait), and is refused at once when it would not. Each stream is paced to playback
+(``lead_ms``, triton_tts.pacing): a later chunk starts when the audio sent leads the
+listener by less; its chunks go with priorities by deadline (triton_tts.bls.Senders,
+through triton_tts.loopback).
 ``finalize`` ends pacing and waits for streams in flight. The response
 sender is never touched after the final flag. Outcomes, throughput and first-chunk latency
 go to Triton's metrics port (triton_tts.metrics); every error sent back is logged with the
@@ -29,7 +32,7 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from triton_tts.admission import AdmissionSettings, Ledger, Work
+from triton_tts.admission import AdmissionSettings, Ledger, Refused, Work
 from triton_tts.bls import (
     Cancellation,
     LongTextRequest,
@@ -54,6 +57,7 @@ from triton_tts.xtts.forward import forward, xtts_voice
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 FINALIZE_WAIT_S = 10.0  # under serve's --exit-timeout-secs (20 s)
+QUEUE_POLL_S = 0.25  # a queued stream asks for room this often (each ask: one ledger read)
 
 
 def chunk_response(audio: Any, rate: int, index: int, last: bool, words: list[Any] | None = None) -> Any:
@@ -116,11 +120,18 @@ class TritonPythonModel:
                     self.active += 1
                 self.streams.submit(self._xtts, request, xtts, rid, started)
                 continue
+            ticket: str | None = None
             try:
                 # In a burst, each first chunk is shorter the more are waiting ahead of it.
                 scale = self.ledger.load().first_chunk_scale if self.lead_s > 0 else 1.0
                 long_text = read_request(request, self.settings, rid, scale)
-                work = self._admit(long_text)
+                budget_s = self.ledger.settings.stream_budget(long_text.deadline_us)
+                try:
+                    work: Work | None = self._admit(long_text, queueing=True)
+                except Refused as refusal:
+                    work, ticket = None, self._queue(long_text, refusal, budget_s)
+                else:
+                    self.metrics.record_demand(long_text.voice, long_text.audio_s, admitted=True)
             except Exception as err:
                 # The error, then the final flag, as _send_chunks does (a gRPC client sees both).
                 self.metrics.record_error(outcome(err))
@@ -130,28 +141,105 @@ class TritonPythonModel:
                 continue
             with self.lock:
                 self.active += 1
-            self.streams.submit(self._stream, request, long_text, work, started)
+            self.streams.submit(self._stream, request, long_text, work, started, ticket, budget_s)
         self.metrics.record_load(self.ledger)
 
-    def _admit(self, long_text: LongTextRequest) -> Work:
-        with self.metrics.demand(long_text.voice, long_text.audio_s):
-            return self.ledger.admit_stream(
-                long_text.request_id,
-                long_text.voice,
-                long_text.caller,
-                long_text.audio_s,
-                long_text.first_audio_s,
-                self.lead_s,
-            )
-
-    def _stream(self, request: Any, long_text: LongTextRequest, work: Work, started: float) -> None:
+    def _queue(self, long_text: LongTextRequest, refusal: Refused, budget_s: float) -> str:
+        """A place in the queue for room, or :class:`Refused` at once when the predicted
+        wait passes the stream's budget."""
         try:
+            ticket = self.ledger.enqueue_stream(long_text.voice, long_text.audio_s, self.lead_s)
+        except Refused:
+            self._count_refused(long_text)
+            raise
+        wait_s = self.ledger.stream_wait_s(ticket)
+        if wait_s > budget_s:
+            self.ledger.leave_queue(ticket)
+            self._count_refused(long_text)
+            raise Refused(
+                f"a stream would wait ~{wait_s:.1f} s for room "
+                f"({refusal.reason}; its budget: {budget_s:g} s)",
+                wait_s - budget_s,
+            )
+        return ticket
+
+    def _admitted(self, request: Any, long_text: LongTextRequest, ticket: str, budget_s: float) -> Work:
+        """Waits in the queue until the stream is admitted; :class:`Refused` once its
+        budget runs out, RequestCancelled if its client goes away meanwhile."""
+        deadline = time.monotonic() + budget_s
+        sender = request.get_response_sender()
+        try:
+            while True:
+                try:
+                    work = self._admit(long_text, ticket, queueing=True)
+                    self.metrics.record_demand(long_text.voice, long_text.audio_s, admitted=True)
+                    return work
+                except Refused as refusal:
+                    if time.monotonic() + QUEUE_POLL_S > deadline or self.unloading:
+                        self._count_refused(long_text)
+                        raise Refused(
+                            f"no room for the stream within its budget of {budget_s:g} s ({refusal.reason})",
+                            refusal.retry_after_s,
+                        ) from None
+                if sender.is_cancelled():
+                    raise RequestCancelled(Cancellation.CANCELLED, 0, len(long_text.chunks))
+                time.sleep(QUEUE_POLL_S)
+        finally:
+            self.ledger.leave_queue(ticket)
+
+    def _count_refused(self, long_text: LongTextRequest) -> None:
+        self.ledger.refused(long_text.audio_s)
+        self.metrics.record_demand(long_text.voice, long_text.audio_s, admitted=False)
+
+    def _admit(self, long_text: LongTextRequest, ticket: str | None = None, queueing: bool = False) -> Work:
+        return self.ledger.admit_stream(
+            long_text.request_id,
+            long_text.voice,
+            long_text.caller,
+            long_text.audio_s,
+            long_text.first_audio_s,
+            self.lead_s,
+            ticket,
+            queueing,
+        )
+
+    def _stream(
+        self,
+        request: Any,
+        long_text: LongTextRequest,
+        work: Work | None,
+        started: float,
+        ticket: str | None,
+        budget_s: float,
+    ) -> None:
+        try:
+            if work is None:  # queued: wait for room first
+                assert ticket is not None
+                try:
+                    work = self._admitted(request, long_text, ticket, budget_s)
+                except Exception as err:
+                    self._end_unadmitted(request, long_text.request_id, err)
+                    return
             with self.metrics.in_flight():
                 self._send_chunks(request, long_text, work, started)
         except BaseException:  # a pool thread's exception is kept in its Future, unread: log it
             failure = traceback.format_exc()
             pb_utils.Logger.log_error(f"tts_stream: stream {request_id(request)} failed:\n{failure}")
             raise
+
+    def _end_unadmitted(self, request: Any, rid: str, err: Exception) -> None:
+        """A queued stream that never got in: its error (unless its client went away),
+        the final flag, and it counts no more as active."""
+        sender = request.get_response_sender()
+        try:
+            self.metrics.record_error(outcome(err))
+            if not isinstance(err, RequestCancelled):
+                sender.send(error_response(self.errors, rid, err))
+            sender.send(flags=FINAL)
+        finally:
+            with self.lock:
+                self.active -= 1
+                self.lock.notify_all()
 
     def _xtts(self, request: Any, voice: VoiceInfo, rid: str, started: float) -> None:
         """An XTTS voice's chunks as its model sends them (not paced: XTTS makes audio at
@@ -189,7 +277,7 @@ class TritonPythonModel:
         sent, samples = 0, 0
         rid = long_text.request_id
         try:
-            cancellation = Cancellation(sender.is_cancelled, request.timeout())
+            cancellation = Cancellation(sender.is_cancelled, request.timeout(), started)
             count = len(long_text.chunks)
             # A lead is built only while no other stream's first chunk waits.
             pacer = Pacer(self.lead_s, self.released, hold=lambda: self.ledger.load().first_work_s > 0)
