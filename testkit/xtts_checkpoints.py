@@ -73,10 +73,13 @@ def build_vocab(path: Path, vocab_size: int) -> int:
     return int(tokenizer.get_vocab_size())
 
 
-def xtts_config(size: str, number_text_tokens: int, max_audio_tokens: int | None = None) -> Any:
+def xtts_config(
+    size: str, number_text_tokens: int, max_audio_tokens: int | None = None, perceiver: bool = True
+) -> Any:
     """XTTS v2's config.json (its published model arguments and inference settings);
     ``tiny`` shrinks the GPT, ``max_audio_tokens`` caps a generation (random weights rarely
-    choose the stop code, so greedy runs go to the cap)."""
+    choose the stop code, so greedy runs go to the cap); ``perceiver`` False conditions as
+    Coqui does without the perceiver resampler (XTTS v1's way: one pass over the whole clip)."""
     from TTS.tts.configs.xtts_config import XttsConfig
 
     config = XttsConfig()
@@ -85,7 +88,7 @@ def xtts_config(size: str, number_text_tokens: int, max_audio_tokens: int | None
     args.gpt_num_audio_tokens = 1026
     args.gpt_start_audio_token = 1024
     args.gpt_stop_audio_token = 1025
-    args.gpt_use_perceiver_resampler = True
+    args.gpt_use_perceiver_resampler = perceiver
     args.gpt_use_masking_gt_prompt_approach = True
     args.gpt_max_audio_tokens = 605
     args.gpt_max_text_tokens = 402
@@ -103,14 +106,20 @@ def xtts_config(size: str, number_text_tokens: int, max_audio_tokens: int | None
     return config
 
 
-def build_xtts(folder: Path, size: str = "tiny", seed: int = 0, max_audio_tokens: int | None = None) -> Path:
+def build_xtts(
+    folder: Path,
+    size: str = "tiny",
+    seed: int = 0,
+    max_audio_tokens: int | None = None,
+    perceiver: bool = True,
+) -> Path:
     """Build, perturb and save a random-weight XTTS v2 into ``folder``; returns ``folder``."""
     from TTS.tts.models.xtts import Xtts
 
     torch.manual_seed(seed)
     folder = Path(folder)
     tokens = build_vocab(folder / "vocab.json", FULL_TEXT_TOKENS if size == "full" else 1000)
-    config = xtts_config(size, tokens, max_audio_tokens)
+    config = xtts_config(size, tokens, max_audio_tokens, perceiver)
     model = Xtts(config)
     model.tokenizer = _tokenizer(folder / "vocab.json")
     model.init_models()
@@ -140,8 +149,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--size", choices=("tiny", "full"), default="tiny")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-audio-tokens", type=int, help="cap a generation (default: XTTS's 605)")
+    parser.add_argument(
+        "--no-perceiver",
+        action="store_true",
+        help="condition without the perceiver resampler (XTTS v1's way)",
+    )
     args = parser.parse_args(argv)
-    print(build_xtts(args.out, args.size, args.seed, args.max_audio_tokens))
+    print(build_xtts(args.out, args.size, args.seed, args.max_audio_tokens, perceiver=not args.no_perceiver))
 
 
 if __name__ == "__main__":

@@ -191,6 +191,65 @@ def test_the_gate_refuses_graphs_that_are_not_the_models(voice: Path, tmp_path: 
     assert report["passed"] is False and report["failures"] and report["style"] > 1e-3
 
 
+# Without the perceiver resampler (Coqui's gpt_use_perceiver_resampler false, XTTS v1's
+# way): Coqui conditions on the whole clip in one pass, a latent per spectrogram frame.
+
+
+@pytest.fixture(scope="module")
+def whole_clip(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
+    """Coqui's model and its export, for a checkpoint without the perceiver."""
+    work = tmp_path_factory.mktemp("xtts-whole-clip")
+    checkpoint = build_xtts(work / "ckpt", "tiny", seed=5, max_audio_tokens=MAX_AUDIO_TOKENS, perceiver=False)
+    paths = ["--checkpoint", str(checkpoint / "model.pth"), "--config", str(checkpoint / "config.json")]
+    export_main([*paths, "--out", str(work / "voice")])
+    model = load(checkpoint=checkpoint / "model.pth", config=checkpoint / "config.json").tts
+    model.eval()
+    return model, work / "voice"
+
+
+def test_without_the_perceiver_the_export_passes_its_gate(whole_clip: tuple[Any, Path]) -> None:
+    coqui, voice = whole_clip
+    assert coqui.args.gpt_use_perceiver_resampler is False
+    card = XttsCard.load(voice)
+    # A latent per 1024 samples of the 30 s the GPT is conditioned on, at most.
+    assert not card.perceiver and card.style_latents == 1 + 22050 * 30 // 1024
+    report = json.loads((voice / PARITY_FILE).read_text(encoding="utf-8"))
+    assert report["passed"] and report["conditioning"] == "whole clip"
+    assert all(t["snr_db"] >= MIN_SNR_DB for t in report["texts"])
+
+
+@pytest.mark.parametrize(("seed", "seconds"), [(1, 1.2), (2, 9.5), (3, 31.0)])
+def test_without_the_perceiver_conditioning_equals_coquis(
+    whole_clip: tuple[Any, Path], seed: int, seconds: float
+) -> None:
+    """One style over the whole clip: its latents follow the clip's length (up to 30 s)."""
+    coqui, voice = whole_clip
+    audio = clip(seed, seconds)
+    ours = XttsRunner(voice).conditioning(audio)
+    style, speaker = coqui_conditioning(coqui, audio)
+    assert ours.style.shape == style[0].shape == (1 + int(22050 * min(seconds, 30)) // 1024, 128)
+    np.testing.assert_allclose(ours.style, style[0].numpy(), atol=1e-4 * float(style.abs().max()))
+    np.testing.assert_allclose(ours.speaker, speaker[0, :, 0].numpy(), atol=1e-5)
+    assert XttsCard.load(voice).takes_style(ours.style.shape)  # a stored speaker of this voice
+
+
+def test_without_the_perceiver_greedy_codes_and_audio_equal_coquis(whole_clip: tuple[Any, Path]) -> None:
+    coqui, voice = whole_clip
+    text = "A voice conditioned on the whole clip."
+    style, speaker = coqui_conditioning(coqui, clip(4, 7.0))
+    with torch.no_grad():
+        reference = coqui.inference(
+            text, "en", style, speaker, do_sample=False, repetition_penalty=coqui.config.repetition_penalty
+        )
+    runner = XttsRunner(voice)
+    greedy = Sampling(temperature=0.0, repetition_penalty=coqui.config.repetition_penalty)
+    gen = runner.generate(style[0].numpy(), coqui.tokenizer.encode(text.lower(), lang="en"), greedy)
+    latents = np.stack(gen.latents)
+    np.testing.assert_allclose(latents, reference["gpt_latents"][0], atol=1e-4)
+    wav = runner.waveform(latents, speaker[0, :, 0].numpy())
+    assert snr_db(np.asarray(reference["wav"], dtype=np.float32), wav) >= MIN_SNR_DB
+
+
 def test_only_fp32_is_exported(checkpoint: Path, tmp_path: Path) -> None:
     folder = tmp_path / "v"
     with pytest.raises(SystemExit, match="fp32 only"):

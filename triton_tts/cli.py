@@ -108,12 +108,11 @@ def _lexicons(specs: list[str] | None) -> tuple[Lexicon, ...]:
 
 
 def _voice_dirs(args: argparse.Namespace) -> list[Path]:
-    from triton_tts.repository import ensure_default_voice
+    """The --voice folders, chunk voices and XTTS voices alike, each checked before any work."""
+    from triton_tts.repository import ensure_voice
 
     dirs: list[Path] = args.voice or [paths.default_voice_dir()]
-    for folder in dirs:
-        ensure_default_voice(folder)
-    return dirs
+    return [ensure_voice(folder) for folder in dirs]
 
 
 def _output_folder(out: Path) -> Path:
@@ -471,6 +470,7 @@ def _broken_input(args: argparse.Namespace) -> str | None:
     loaded (a corrupt or truncated file), or None when the inputs are sound (then: a bug)."""
     from triton_tts.server import onnx_load_error
     from triton_tts.voice import Voice
+    from triton_tts.xtts.card import XttsCard, is_xtts_folder
 
     if args.command == "export" and args.family == "piper":
         if not args.onnx:  # the bundled voice
@@ -489,11 +489,13 @@ def _broken_input(args: argparse.Namespace) -> str | None:
     if args.command in ("serve", "build-repo") and not folders and not getattr(args, "no_build", False):
         folders = [paths.default_voice_dir()]
     again = "export the voice again (triton-tts export)"
-    for folder in (f for f in folders if not (f / "xtts.json").is_file()):  # XTTS: its own card
+    for folder in folders:
+        xtts = is_xtts_folder(folder)  # an XTTS voice: its own card
         try:
-            Voice.load(folder)
+            XttsCard.load(folder) if xtts else Voice.load(folder)
         except (OSError, ValueError, TypeError) as err:
-            return f"voice folder {folder} has no readable voice.json ({err}): {again}"
+            card = "xtts.json" if xtts else "voice.json"
+            return f"voice folder {folder} has no readable {card} ({err}): {again}"
         for graph in sorted(folder.glob("*.onnx")):
             error = onnx_load_error(graph)
             if error:

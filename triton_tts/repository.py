@@ -356,10 +356,32 @@ def ensure_default_voice(voice_dir: Path | None = None) -> Path:
         log.info("the default voice at %s predates word timestamps: exporting it again", voice_dir)
         shutil.rmtree(voice_dir)
     if not default:
-        raise SystemExit(f"no voice at {voice_dir} (export one with 'triton-tts export')")
+        raise SystemExit(_not_a_voice(voice_dir))
     from triton_tts.export.piper import bundled_joe_paths, export_piper_voice
 
     onnx_path, config_path = bundled_joe_paths()
     log.info("exporting the default voice to %s", voice_dir)
     export_piper_voice(onnx_path, config_path, voice_dir)
     return voice_dir
+
+
+def ensure_voice(voice_dir: Path) -> Path:
+    """A folder that ``--voice`` names, of either kind: a chunk voice (``voice.json``;
+    the bundled one is exported on first use) or an XTTS voice (``xtts.json``). Anything
+    else stops with one line that says which files are missing."""
+    from triton_tts.xtts.card import is_xtts_folder
+
+    voice_dir = Path(voice_dir)
+    if is_xtts_folder(voice_dir):
+        return voice_dir
+    return ensure_default_voice(voice_dir)
+
+
+def _not_a_voice(folder: Path) -> str:
+    from triton_tts.xtts.card import CARD_FILE
+
+    if folder.is_dir():
+        missing = f"it has neither {VOICE_FILE} (a voice) nor {CARD_FILE} (an XTTS voice)"
+    else:
+        missing = f"no such folder (a voice folder holds {VOICE_FILE}, an XTTS voice's {CARD_FILE})"
+    return f"no voice at {folder}: {missing}; export one with 'triton-tts export'"

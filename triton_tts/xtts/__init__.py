@@ -7,6 +7,7 @@ An XTTS voice folder (written by ``triton-tts export coqui`` from an XTTS checkp
                          languages, Coqui's sampling defaults, the licence
       vocab.json         XTTS's byte-pair tokenizer, as Coqui ships it
       style.onnx         AUDIO[1,N] (22.05 kHz) -> STYLE[1,32,D]: one chunk's GPT conditioning
+                         (without the perceiver: STYLE[1,frames,D] of the whole clip)
       speaker.onnx       AUDIO[1,N] (22.05 kHz) -> SPEAKER[1,512]: the decoder's speaker embedding
       gpt.onnx           EMBEDDINGS[B,S,D], PAST[B,L,2,H,P,hd], MASK[B,P+S]
                          -> LOGITS[B,codes], LATENT[B,D], PRESENT[B,L,2,H,S,hd]

@@ -53,8 +53,14 @@ class XttsCard:
     heads: int
     head_dim: int
     model_dim: int
+    # The most conditioning latents one clip gives (the cache keeps room for them).
     style_latents: int = 32
     speaker_dim: int = 512
+    # How a clip conditions the GPT (Coqui's gpt_use_perceiver_resampler): True (XTTS v2),
+    # 32 latents per chunk of cond_chunk_seconds through the perceiver, averaged over the
+    # chunks; False, one pass over the whole clip (up to cond_seconds) without it, a latent
+    # per frame of the cloning spectrogram, so their number follows the clip's length.
+    perceiver: bool = True
     # audio
     conditioning_rate: int = 22050  # the rate style.onnx and speaker.onnx take
     output_rate: int = 24000
@@ -67,6 +73,12 @@ class XttsCard:
     sampling: Sampling = field(default_factory=Sampling)
     source: str = ""
     licence: str = ""
+
+    def takes_style(self, shape: tuple[int, ...]) -> bool:
+        """Whether conditioning latents of ``shape`` (rows, model_dim) are this voice's."""
+        if len(shape) != 2 or shape[1] != self.model_dim:
+            return False
+        return shape[0] == self.style_latents if self.perceiver else 1 <= shape[0] <= self.style_latents
 
     @property
     def output_samples_per_code(self) -> float:

@@ -32,7 +32,7 @@ class ClipRefused(ValueError):
 class Conditioning:
     """A clip's conditioning: the GPT's latents and the decoder's speaker embedding."""
 
-    style: FloatArray  # (style_latents, model_dim)
+    style: FloatArray  # (rows, model_dim): the card's style_latents, or fewer without the perceiver
     speaker: FloatArray  # (speaker_dim,)
 
 
@@ -154,11 +154,13 @@ class XttsRunner:
     # conditioning
     def conditioning(self, audio: FloatArray) -> Conditioning:
         """Coqui's ``get_conditioning_latents`` of one clip at the card's conditioning rate:
-        the style latents averaged over its chunks, the speaker embedding of the whole."""
+        the style latents (with the perceiver, averaged over the clip's chunks; without it,
+        of the whole clip in one pass), the speaker embedding of the whole."""
         card, rate = self.card, self.card.conditioning_rate
         audio = np.asarray(audio, dtype=np.float32).reshape(-1)[: int(rate * card.reference_seconds)]
         cond = audio[: int(rate * card.cond_seconds)]
-        chunk = int(rate * card.cond_chunk_seconds)
+        # Without the perceiver Coqui takes the clip whole: one piece, latents per frame.
+        chunk = int(rate * card.cond_chunk_seconds) if card.perceiver else max(cond.shape[0], 1)
         pieces = [cond[i : i + chunk] for i in range(0, cond.shape[0], chunk)]
         pieces = [p for p in pieces if p.shape[0] >= rate * card.min_chunk_seconds]
         if not pieces:

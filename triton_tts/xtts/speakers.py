@@ -1,5 +1,6 @@
 """Named speakers of an XTTS voice: a clip's conditioning stored once in the voice folder
-(``speakers/<name>.npz``: STYLE (32, D) and SPEAKER (512,)), picked by a request's
+(``speakers/<name>.npz``: STYLE (32, D) and SPEAKER (512,); a voice without the
+perceiver has a STYLE row per frame of its clip), picked by a request's
 ``SPEAKER``. ``triton-tts speakers add NAME clip.wav --voice DIR`` adds one; an export
 converts Coqui's ``speakers_xtts.pth`` (XTTS v2's studio speakers) when the checkpoint
 has one. The model reads a name it has not seen from the folder again, so a speaker
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from triton_tts.xtts.card import is_xtts_folder
+from triton_tts.xtts.card import XttsCard, is_xtts_folder
 
 if TYPE_CHECKING:  # onnxruntime: not in the base install, whose CLI registers this command
     from triton_tts.xtts.runner import Conditioning, FloatArray
@@ -91,9 +92,9 @@ class SpeakerExists(ValueError):
 class SpeakerStore:
     """A voice folder's named speakers, read once each and kept (they are small)."""
 
-    def __init__(self, folder: Path, card_style: tuple[int, int], card_speaker: int):
+    def __init__(self, folder: Path, card: XttsCard):
         self.folder = Path(folder)
-        self.shapes = (card_style, (card_speaker,))
+        self.card = card
         self.known: dict[str, Conditioning] = {}
         self.lock = threading.Lock()
 
@@ -111,7 +112,8 @@ class SpeakerStore:
                 f"SPEAKER {name!r}: this voice has " + (", ".join(names) if names else "no named speakers")
             )
         conditioning = load_speaker(path)
-        if (conditioning.style.shape, conditioning.speaker.shape) != self.shapes:
+        fits = self.card.takes_style(conditioning.style.shape)
+        if not fits or conditioning.speaker.shape != (self.card.speaker_dim,):
             raise UnknownSpeaker(f"SPEAKER {name!r}: its file is not this voice's ({path.name})")
         with self.lock:
             self.known[name] = conditioning

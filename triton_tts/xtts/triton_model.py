@@ -109,7 +109,7 @@ class TritonPythonModel:
         self.text = XttsText(folder, self.runner.card)
         self.clips = ClipCache(self.runner, ClipSettings.from_parameters(params))
         card = self.runner.card
-        self.speakers = SpeakerStore(folder, (card.style_latents, card.model_dim), card.speaker_dim)
+        self.speakers = SpeakerStore(folder, card)
         self.scheduler = Scheduler(
             self.runner,
             slots=int(params.get("slots", defaults.SLOTS)),

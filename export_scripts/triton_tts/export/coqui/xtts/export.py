@@ -88,6 +88,8 @@ def _export(
 def card_for(model: Any, name: str, source: str) -> XttsCard:
     gpt, config = model.gpt, model.config
     hf = gpt.gpt.config
+    # Coqui's gpt_cond_len <= 0 conditions on the whole reference (up to max_ref_len).
+    cond_seconds = float(config.gpt_cond_len) if config.gpt_cond_len > 0 else float(config.max_ref_len)
     return XttsCard(
         name=name,
         languages=list(config.languages),
@@ -104,10 +106,12 @@ def card_for(model: Any, name: str, source: str) -> XttsCard:
         heads=int(hf.n_head),
         head_dim=int(hf.n_embd // hf.n_head),
         model_dim=int(hf.n_embd),
+        style_latents=graphs.style_frames(model, int(22050 * cond_seconds)),
+        perceiver=graphs.uses_perceiver(model),
         speaker_dim=int(model.hifigan_decoder.speaker_encoder.fc.out_features),
         output_rate=int(model.hifigan_decoder.output_sample_rate),
         samples_per_code=int(gpt.code_stride_len),
-        cond_seconds=float(config.gpt_cond_len),
+        cond_seconds=cond_seconds,
         cond_chunk_seconds=float(config.gpt_cond_chunk_len),
         reference_seconds=float(config.max_ref_len),
         sampling=Sampling(
@@ -127,9 +131,10 @@ def write_graphs(model: Any, out: Path) -> None:
     card_gpt = model.gpt.gpt.config
     layers, heads, dim = card_gpt.n_layer, card_gpt.n_head, card_gpt.n_embd
     clip = torch.from_numpy(gate_clip(22050 * 2))[None]
-    _export(
-        graphs.StyleGraph(model), (clip,), out / STYLE_FILE, ["AUDIO"], ["STYLE"], {"AUDIO": {1: "samples"}}
-    )
+    style_axes = {"AUDIO": {1: "samples"}}
+    if not graphs.uses_perceiver(model):  # a latent per frame of the clip
+        style_axes["STYLE"] = {1: "latents"}
+    _export(graphs.StyleGraph(model), (clip,), out / STYLE_FILE, ["AUDIO"], ["STYLE"], style_axes)
     _export(
         graphs.SpeakerGraph(model),
         (clip,),
@@ -189,6 +194,14 @@ def snr_db(reference: FloatArray, test: FloatArray) -> float:
     return float("inf") if error == 0 else 10 * float(np.log10(float(np.sum(reference**2)) / error))
 
 
+def relative_difference(ours: FloatArray, reference: FloatArray) -> float:
+    """The largest difference relative to the reference's largest value; inf when the
+    shapes differ (a refusal, not a numpy error)."""
+    if ours.shape != reference.shape:
+        return float("inf")
+    return float(np.abs(ours - reference).max() / max(float(np.abs(reference).max()), 1e-30))
+
+
 def check_parity(model: Any, folder: Path, clip: FloatArray | None = None) -> dict[str, Any]:
     """Coqui's XTTS ``model`` against the graphs in ``folder``; ParityRefused on a mismatch."""
     runner = XttsRunner(folder)
@@ -202,8 +215,9 @@ def check_parity(model: Any, folder: Path, clip: FloatArray | None = None) -> di
         speaker = model.get_speaker_embedding(audio[:, : int(22050 * config.max_ref_len)], 22050)
     ours = runner.conditioning(clip)
     report: dict[str, Any] = {
-        "style": float(np.abs(ours.style - style[0].numpy()).max() / np.abs(style.numpy()).max()),
-        "speaker": float(np.abs(ours.speaker - speaker[0, :, 0].numpy()).max() / speaker.abs().max().item()),
+        "conditioning": "perceiver" if runner.card.perceiver else "whole clip",
+        "style": relative_difference(ours.style, style[0].numpy()),
+        "speaker": relative_difference(ours.speaker, speaker[0, :, 0].numpy()),
         "texts": [],
     }
     failures = [

@@ -2,7 +2,8 @@
 modules and weights.
 
 - :class:`StyleGraph`: a clip's chunk (22.05 kHz) -> the GPT's 32 conditioning latents
-  (Coqui's ``wav_to_mel_cloning`` + ``GPT.get_style_emb``).
+  (Coqui's ``wav_to_mel_cloning`` + ``GPT.get_style_emb``); without the perceiver
+  resampler, the whole clip -> a latent per spectrogram frame.
 - :class:`SpeakerGraph`: a clip (22.05 kHz) -> the decoder's speaker embedding (Coqui's
   resampling to 16 kHz + the HiFi-GAN decoder's ResNet speaker encoder, L2-normalised).
 - :class:`GptGraph`: one forward of the GPT over a key-value cache, the prompt's
@@ -67,8 +68,27 @@ class ConvMelSpectrogram(nn.Module):
         return torch.matmul(power.transpose(1, 2), self.fb).transpose(1, 2)
 
 
+# Coqui's wav_to_mel_cloning settings in get_gpt_cond_latents: (n_fft, hop, window) for a
+# chunk through the perceiver, and for the whole clip without it (XTTS v1's way).
+PERCEIVER_MEL = (2048, 256, 1024)
+WHOLE_CLIP_MEL = (4096, 1024, 4096)
+
+
+def uses_perceiver(model: Any) -> bool:
+    return bool(model.args.gpt_use_perceiver_resampler)
+
+
+def style_frames(model: Any, samples: int) -> int:
+    """Conditioning latents a clip of ``samples`` gives: 32 through the perceiver; without
+    it one per frame of the centred cloning spectrogram."""
+    if uses_perceiver(model):
+        return int(model.gpt.conditioning_perceiver.latents.shape[0])
+    return 1 + samples // WHOLE_CLIP_MEL[1]
+
+
 class StyleGraph(nn.Module):
-    """AUDIO (1, N) at 22.05 kHz -> STYLE (1, 32, D): one chunk's conditioning latents."""
+    """AUDIO (1, N) at 22.05 kHz -> STYLE (1, S, D): conditioning latents; with the
+    perceiver (XTTS v2) one chunk's 32, without it one per frame of the whole clip."""
 
     mel_stats: torch.Tensor
 
@@ -76,9 +96,9 @@ class StyleGraph(nn.Module):
         super().__init__()
         import torchaudio
 
-        # Coqui's wav_to_mel_cloning for the perceiver conditioning
+        n_fft, hop, window = PERCEIVER_MEL if uses_perceiver(model) else WHOLE_CLIP_MEL
         mel = torchaudio.transforms.MelSpectrogram(
-            n_fft=2048, hop_length=256, win_length=1024, power=2, normalized=False,
+            n_fft=n_fft, hop_length=hop, win_length=window, power=2, normalized=False,
             sample_rate=22050, f_min=0, f_max=8000, n_mels=80, norm="slaney",
         )  # fmt: skip
         self.mel = ConvMelSpectrogram(mel)
