@@ -107,8 +107,10 @@ def run_level(
     value: float,
     requests: int,
     headers: dict[str, str] | None = None,
+    header_lines: list[str] | None = None,
 ) -> dict[str, float]:
-    """One level; ``headers``: the server's keys (key_headers), passed with perf_analyzer's -H."""
+    """One level; ``headers``: the server's keys (key_headers), passed with perf_analyzer's
+    -H; ``header_lines``: -H values as a user writes them ("Authorization: Bearer KEY")."""
     level = f"{value:g}:{value:g}"
     cmd = [
         perf_analyzer_binary(),
@@ -123,6 +125,8 @@ def run_level(
     cmd += ["--concurrency-range", level] if mode == "concurrency" else ["--request-rate-range", level]
     for name, value_of in (headers or {}).items():
         cmd += ["-H", f"{name}:{value_of}"]
+    for line in header_lines or []:
+        cmd += ["-H", line]
     done = subprocess.run(cmd, capture_output=True, text=True, env=perf_analyzer_env(), check=False)
     if done.returncode != 0:
         raise RuntimeError(

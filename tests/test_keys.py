@@ -1,9 +1,9 @@
 """One key for every way in: `triton-tts serve` with TRITON_TTS_API_KEY and an admin key,
 tried at each door as a caller would (docs/api.md, "Keys").
 
-- Triton's HTTP and gRPC inference, metadata and model config need the API key (the first
-  of TRITON_TTS_API_KEY's keys), health and the probes do not;
-- every other Triton API needs the admin key;
+- Triton's HTTP and gRPC inference, metadata, model config and statistics need the API
+  key (the first of TRITON_TTS_API_KEY's keys), health and the probes do not;
+- every other Triton API (what changes state) needs the admin key;
 - the gateway takes every key, and reaches Triton with the first;
 - what the product calls itself carries the keys: the loopback of first chunks, the
   capacity measurement, the gateway, the CLI, perf_analyzer through benchmarks.perf;
@@ -131,7 +131,6 @@ def test_the_client_library_carries_the_key_and_first_chunks_keep_their_path(
         ("/v2/logging", None),
         ("/v2/logging", b'{"log_verbose_level": 1}'),
         ("/v2/trace/setting", b'{"trace_level": ["TIMESTAMPS"]}'),
-        ("/v2/models/stats", None),
         ("/v2/systemsharedmemory/status", None),
         ("/v2/systemsharedmemory/region/probe/register", b'{"key": "/probe", "offset": 0, "byte_size": 64}'),
         ("/v2/cudasharedmemory/status", None),
@@ -150,15 +149,27 @@ def test_the_admin_key_opens_them_over_http_and_grpc(keyed: tuple[Serve, int]) -
     serve, _ = keyed
     admin = {"triton-tts-admin": ADMIN_KEY}
     assert request(f"http://localhost:{serve.http_port}/v2/logging", admin)[0] == 200
-    assert request(f"http://localhost:{serve.http_port}/v2/models/stats", admin)[0] == 200
     grpc = grpcclient.InferenceServerClient(f"localhost:{serve.grpc_port}")
     try:
         with pytest.raises(InferenceServerException, match="restricted"):
-            grpc.get_inference_statistics("tts", headers=auth_headers(API_KEYS[0], "grpc"))
-        stats = grpc.get_inference_statistics(
-            "tts", headers=key_headers(None, ADMIN_KEY, "grpc"), as_json=True
-        )
-        assert stats["model_stats"][0]["name"] == "tts"
+            grpc.get_log_settings(headers=auth_headers(API_KEYS[0], "grpc"))
+        assert "log_verbose_level" in str(grpc.get_log_settings(headers=key_headers(None, ADMIN_KEY, "grpc")))
+    finally:
+        grpc.close()
+
+
+def test_statistics_take_the_api_key(keyed: tuple[Serve, int]) -> None:
+    """Counts and times, no secret (the metrics port shows as much): whoever may run
+    inference may read them, as perf_analyzer must; without the key they stay closed."""
+    serve, _ = keyed
+    stats = f"http://localhost:{serve.http_port}/v2/models/tts/stats"
+    assert request(stats, {})[0] == 403
+    status, body = request(stats, {"Authorization": f"Bearer {API_KEYS[0]}"})
+    assert status == 200 and json.loads(body)["model_stats"][0]["name"] == "tts"
+    grpc = grpcclient.InferenceServerClient(f"localhost:{serve.grpc_port}")
+    try:
+        answer = grpc.get_inference_statistics("tts", headers=auth_headers(API_KEYS[0], "grpc"), as_json=True)
+        assert answer["model_stats"][0]["name"] == "tts"
     finally:
         grpc.close()
 
@@ -196,17 +207,26 @@ def test_the_cli_takes_the_key(keyed: tuple[Serve, int], tmp_path: Path) -> None
     assert (tmp_path / "yes.wav").stat().st_size > 20_000
 
 
-def test_perf_analyzer_runs_with_the_keys(keyed: tuple[Serve, int], tmp_path: Path) -> None:
-    """perf_analyzer reads tts's metadata and config and Triton's statistics before it
-    sends: benchmarks.perf passes both keys with its -H."""
+@pytest.mark.parametrize(
+    ("protocol", "header"),
+    [
+        ("http", f"Authorization: Bearer {API_KEYS[0]}"),  # as users write it first
+        ("grpc", f"triton-grpc-protocol-authorization:Bearer {API_KEYS[0]}"),  # docs/performance.md
+    ],
+)
+def test_perf_analyzer_runs_with_the_api_key_alone(
+    keyed: tuple[Serve, int], tmp_path: Path, protocol: str, header: str
+) -> None:
+    """perf_analyzer reads tts's metadata, config and Triton's statistics before it sends:
+    with the API key in the form docs/performance.md gives (and without it: refused)."""
     from benchmarks import perf
 
     serve, _ = keyed
     data = perf.write_input_data(tmp_path / "input.json", [TEXT])
-    url = f"localhost:{serve.grpc_port}"
-    with pytest.raises(RuntimeError, match="restricted"):
-        perf.run_level(url, "grpc", data, "concurrency", 1, 2)
-    row = perf.run_level(url, "grpc", data, "concurrency", 1, 2, key_headers(API_KEYS[0], ADMIN_KEY, "grpc"))
+    url = f"localhost:{serve.http_port if protocol == 'http' else serve.grpc_port}"
+    with pytest.raises(RuntimeError, match=r"restricted|403|Forbidden"):
+        perf.run_level(url, protocol, data, "concurrency", 1, 2)
+    row = perf.run_level(url, protocol, data, "concurrency", 1, 2, header_lines=[header])
     assert row["requests_per_s"] > 0
 
 
