@@ -128,6 +128,9 @@ class TritonPythonModel:
                 try:
                     work: Work | None = self._admit(long_text, queueing=True)
                 except Refused as refusal:
+                    if self.ledger.settings.counted:  # count bounds alone refuse at once
+                        self._count_refused(long_text)
+                        raise
                     work, ticket = None, self._queue(long_text, refusal, budget_s)
                 else:
                     self.metrics.record_demand(long_text.voice, long_text.audio_s, admitted=True)
