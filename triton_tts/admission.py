@@ -83,9 +83,6 @@ def chunk_priority(index: int, lead_s: float) -> int:
 
 ADMISSION_DIR_ENV = "TRITON_TTS_ADMISSION_DIR"  # set by triton_tts.server.TritonServer
 DEFAULT_CAPACITY = 10.0  # audio s/s assumed of a voice before anything was measured
-# The source of a capacity its voice's own model measures (XTTS: Ledger.observe_capacity);
-# the windows of the chunk voices (Ledger._observe) neither correct it nor count its work.
-MODEL_SOURCE = "model"
 MIN_TEXT_SHARE = 0.1  # of the machine texts are counted on, however many listeners
 WINDOW_S = 3.0  # capacity is corrected from windows this long
 CORRECTION = 0.3  # weight of one busy window's throughput in the capacity
@@ -328,29 +325,6 @@ class Ledger:
             if stages:
                 state["stages"][voice] = {k: float(v) for k, v in stages.items()}
 
-    def observe_capacity(
-        self, voice: str, audio_per_s: float | None, default: float, busy: bool = True
-    ) -> float:
-        """The capacity of a voice whose own model measures what it makes (XTTS: its decode
-        loop batches its own slots at a rate of its own, which the chunk voices' windows
-        say nothing of). ``default`` until there is a figure; then a window's throughput
-        ``audio_per_s`` moves it :data:`CORRECTION` of the way there when the model was
-        ``busy`` throughout, or when it made more. Marked :data:`MODEL_SOURCE`, so
-        :meth:`_observe` leaves it (and its work) alone; a pinned figure stays as it is.
-        Returns the capacity now."""
-        with self._state() as state:
-            source = state["source"].get(voice)
-            if source == "pinned":
-                return self._capacity(state, voice)
-            if voice not in state["capacity"] or source == "default":
-                state["capacity"][voice] = float(default)
-            state["source"][voice] = MODEL_SOURCE
-            capacity = self._capacity(state, voice)
-            if audio_per_s is not None and audio_per_s > 0 and (busy or audio_per_s > capacity):
-                capacity += CORRECTION * (audio_per_s - capacity)
-                state["capacity"][voice] = capacity
-            return capacity
-
     # -- decisions --------------------------------------------------------------------
     def admit_text(
         self, request_id: str, voice: str, caller: str, audio_s: float, budget_s: float | None = None
@@ -566,8 +540,7 @@ class Ledger:
                     line["remaining_s"] = max(0.0, float(line["remaining_s"]) - audio_s / capacity)
                     if first:
                         line["first_s"] = 0.0
-            if state["source"].get(work.voice) != MODEL_SOURCE:  # its model measures it itself
-                self._observe(state, audio_s / capacity)
+            self._observe(state, audio_s / capacity)
 
     def _observe(self, state: dict[str, Any], used_s: float) -> None:
         """Throughput per window: in a busy window (texts waited throughout) the machine
@@ -575,8 +548,8 @@ class Ledger:
         raises it."""
         window = state["window"]
         window["used"] = float(window["used"]) + used_s
-        backlog = self._backlog(state)
-        window["busy"] = bool(window["busy"]) and backlog >= BUSY_BACKLOG_S
+        load = self._load(state)
+        window["busy"] = bool(window["busy"]) and load.text_work_s >= BUSY_BACKLOG_S
         now = self.clock()
         elapsed = now - float(window["start"])
         if elapsed < WINDOW_S:
@@ -585,21 +558,10 @@ class Ledger:
         if window["busy"] or ratio > 1.0:
             ratio = min(2.0, max(0.5, ratio))
             factor = 1.0 - CORRECTION + CORRECTION * ratio
-            kept = ("pinned", MODEL_SOURCE)
-            for voice in [v for v in state["capacity"] if state["source"].get(v) not in kept]:
+            for voice in [v for v in state["capacity"] if state["source"].get(v) != "pinned"]:
                 state["capacity"][voice] = float(state["capacity"][voice]) * factor
                 state["source"][voice] = "live"
-        state["window"] = {"start": now, "used": 0.0, "busy": backlog >= BUSY_BACKLOG_S}
-
-    @staticmethod
-    def _backlog(state: dict[str, Any]) -> float:
-        """Texts' work waiting, machine-seconds, of the voices the windows correct: an XTTS
-        text waiting says nothing of whether the chunk voices were busy."""
-        return sum(
-            float(w["remaining_s"])
-            for w in state["work"]
-            if w["kind"] == "text" and state["source"].get(w["voice"]) != MODEL_SOURCE
-        )
+        state["window"] = {"start": now, "used": 0.0, "busy": load.text_work_s >= BUSY_BACKLOG_S}
 
     def release(self, work: Work) -> None:
         with self._state() as state:
@@ -652,6 +614,9 @@ def measure_capacity(
 
 RETRIES = 100  # of a sentence the stages refused for a full queue, 50 ms apart
 CAPACITY_PASSES = 2
+# A sentence's deadline within the burst (seconds here): a request lost with a killed stub
+# fails the measurement, which the server retries, instead of holding start-up.
+CAPACITY_REQUEST_TIMEOUT_S = 120.0
 
 
 def _measure_voice(
@@ -671,7 +636,8 @@ def _measure_voice(
     client = grpcclient.InferenceServerClient(grpc_url)
 
     def busy() -> dict[str, float]:
-        stats = client.get_inference_statistics(headers=headers, as_json=True).get("model_stats", [])
+        stats = client.get_inference_statistics(headers=headers, as_json=True, client_timeout=30.0)
+        stats = stats.get("model_stats", [])
         return {
             s["name"]: int(s["inference_stats"].get("compute_infer", {}).get("ns", 0)) / 1e9
             for s in stats
@@ -687,7 +653,13 @@ def _measure_voice(
             tensor.set_data_from_numpy(np.array([[text.encode("utf-8")]], dtype=np.object_))
             for attempt in itertools.count():
                 try:
-                    result = own.infer(model, [tensor], headers=headers, parameters=parameters or None)
+                    result = own.infer(
+                        model,
+                        [tensor],
+                        headers=headers,
+                        parameters=parameters or None,
+                        client_timeout=CAPACITY_REQUEST_TIMEOUT_S,
+                    )
                     break
                 except InferenceServerException as err:  # a stage queue bounded below the burst
                     if "StatusCode.UNAVAILABLE" not in str(err.status()) or attempt >= RETRIES:

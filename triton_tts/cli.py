@@ -12,6 +12,7 @@ triton-tts gateway --triton-url localhost:8001 --port 8080   # OpenAI-compatible
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import os
@@ -32,7 +33,7 @@ from triton_tts.client.cli import add_client_commands
 from triton_tts.client.tts_client import TTSError, env_api_key
 from triton_tts.gateway import command as gateway_command
 from triton_tts.model_configs import THREADS, BuildOptions, build_option_fields
-from triton_tts.server import DRAIN_TIMEOUT_S, TritonServer, drain, supervised
+from triton_tts.server import DRAIN_TIMEOUT_S, TritonCrashed, TritonServer, drain, supervised
 
 if TYPE_CHECKING:
     from triton_tts.text.pronounce import Lexicon
@@ -277,11 +278,38 @@ def _start_gateway(args: argparse.Namespace, server: TritonServer, supervision: 
     gateway_command.wait_live(args.gateway_port, gateway)
 
 
+START_ATTEMPTS = 3  # of tritonserver, when it crashes before it is ready
+
+
+def _start_up(args: argparse.Namespace, server: TritonServer, supervision: ExitStack) -> None:
+    """Wait for the started server, under the watchdog from tritonserver's start on (a stub
+    killed during warm-up or the capacity measurement heals as one killed under load does);
+    a tritonserver that crashes meanwhile (2.51 does, when a stub dies in its warm-up) is
+    started afresh, up to START_ATTEMPTS times."""
+    for attempt in itertools.count(1):
+        watched = ExitStack()
+        if not args.no_watchdog:
+            watched.enter_context(supervised(server, args.health_port or None))
+        try:
+            server.wait_ready()
+        except TritonCrashed as err:
+            watched.close()
+            server.stop()
+            if attempt >= START_ATTEMPTS:
+                raise
+            log.warning("%s; starting it again (%d of %d)", err, attempt + 1, START_ATTEMPTS)
+            server.start()
+            continue
+        except BaseException:
+            watched.close()
+            raise
+        supervision.enter_context(watched)
+        return
+
+
 def _serve(args: argparse.Namespace, server: TritonServer, supervision: ExitStack) -> int:
     try:
-        server.wait_ready()
-        if not args.no_watchdog:
-            supervision.enter_context(supervised(server, args.health_port or None))
+        _start_up(args, server, supervision)
         if args.gateway_port:
             _start_gateway(args, server, supervision)
         print(
@@ -320,9 +348,9 @@ def _serve(args: argparse.Namespace, server: TritonServer, supervision: ExitStac
         print("stopping tritonserver...", flush=True)
         return server.stop() or 0
     except (RuntimeError, TimeoutError) as err:
-        print(f"triton-tts: {err}", file=sys.stderr)
         supervision.close()
-        server.stop()
+        server.stop()  # first: a Triton left up (the gate's --exit-on-error=false) logs its stop
+        print(f"triton-tts: {err}", file=sys.stderr)
         return 1
 
 

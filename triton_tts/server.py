@@ -9,6 +9,8 @@ Two wrinkles of the wheel are handled here:
 
 from __future__ import annotations
 
+import ctypes
+import itertools
 import logging
 import os
 import re
@@ -19,9 +21,10 @@ import socket
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +45,42 @@ LOAD_FAILED = re.compile(r"failed to load '([^']+)' version \d+: (.+?)(?:\\n|\"?
 ONNXRUNTIME_ERROR = re.compile(r"\[ONNXRuntimeError\] : \d+ : (\w+) : (?:Load model from .* failed:)?(.*)")
 READY_TIMEOUT_S = 300.0  # warm-up of every model happens before Triton reports ready
 STOP_TIMEOUT_S = 30.0
+REAPER_EXIT_S = 10.0  # the reaper's own end, once told (it kills a group and removes files)
+MEASURE_ATTEMPTS = 3  # of a voice's capacity measurement, a heal apart (a stub killed meanwhile)
+MEASURE_HEAL_WAIT_S = 120.0  # for the watchdog to heal before a measurement is tried again
+
+# The start-up gate: a model in a repository of the run's own (the served repository is
+# not touched: it may be read-only or remote) that fails to load until the supervisor's
+# start-up is done, so that Triton's /v2/health/ready (--strict-readiness: every model
+# known to the repository manager READY) stays false while it measures itself. Its load
+# failing at start must not end Triton, so a gated start runs --exit-on-error=false;
+# wait_ready() still ends the start at once on any other model's failure. Released, it is
+# loaded again and READY. Without a supervisor (tritonserver alone, the chart's plain
+# image) there is no gate: nothing waits for what is not there. docs/deployment.md,
+# "Readiness and supervision".
+GATE_MODEL = "triton_tts_startup"
+GATE_WAITING = "waiting for triton-tts serve's start-up (its capacity measurement)"
+GATE_CONFIG = """backend: "python"
+max_batch_size: 0
+input [{ name: "IN", data_type: TYPE_BOOL, dims: [1] }]
+output [{ name: "OUT", data_type: TYPE_BOOL, dims: [1] }]
+instance_group [{ kind: KIND_CPU, count: 1 }]
+parameters { key: "release_file" value: { string_value: "%s" } }
+"""
+GATE_CODE = f"""import json
+import os
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        parameters = json.loads(args["model_config"])["parameters"]
+        if not os.path.exists(parameters["release_file"]["string_value"]):
+            raise RuntimeError("{GATE_WAITING}")
+
+    def execute(self, requests):
+        raise RuntimeError("the start-up gate takes no requests")
+"""
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 # Triton's API groups (--http-restricted-api, --grpc-restricted-protocol), split between
 # the two keys (docs/api.md, "Keys"). Callers' APIs take the API key: inference, and what
@@ -189,6 +228,28 @@ class TritonServer:
     # Once ready, measure each voice's capacity for admission (a burst of sentences).
     measure_capacity: bool = True
     capacity: dict[str, tuple[float, dict[str, float]]] = field(default_factory=dict)
+    # Keep Triton's own readiness false until the measurement is done (the start-up gate,
+    # GATE_MODEL). None: when it can be (model control: an admin_key) and there is one.
+    hold_readiness: bool | None = None
+    # Per start: the prefix of the Python backend's shared-memory regions (the reaper
+    # removes this run's), and the reaper (triton_tts/reaper.py).
+    shm_prefix: str | None = None
+    reaper: subprocess.Popen[bytes] | None = None
+    # The watchdog healing this server (set by supervised()): the measurement waits for it.
+    watchdog: Watchdog | None = None
+
+    @property
+    def gated(self) -> bool:
+        hold = self.hold_readiness
+        return bool(self.admin_key and self.measure_capacity) if hold is None else hold
+
+    @property
+    def gate_repository(self) -> Path | None:
+        return self.run_dir / "startup_repository" if self.run_dir is not None else None
+
+    @property
+    def gate_release_file(self) -> Path | None:
+        return self.run_dir / "started" if self.run_dir is not None else None
 
     @property
     def admission_dir(self) -> Path | None:
@@ -239,8 +300,19 @@ class TritonServer:
         ]
         if not any(a.startswith("--exit-timeout-secs") for a in self.extra_args):
             cmd.append("--exit-timeout-secs=20")
-        if not any(a.startswith("--backend-config=python,shm-") for a in self.extra_args):
-            cmd += [f"--backend-config=python,{name}={size}" for name, size in PYTHON_SHM.items()]
+        python_config = {
+            **PYTHON_SHM,
+            **({"shm-region-prefix-name": self.shm_prefix} if self.shm_prefix else {}),
+        }
+        cmd += [
+            f"--backend-config=python,{name}={value}"
+            for name, value in python_config.items()
+            if not any(a.startswith(f"--backend-config=python,{name}=") for a in self.extra_args)
+        ]
+        if self.gated and self.gate_repository is not None:
+            cmd.append(f"--model-repository={self.gate_repository}")
+            if not any(a.startswith("--exit-on-error") for a in self.extra_args):
+                cmd.append("--exit-on-error=false")
         if self.model_config_name:
             cmd.append(f"--model-config-name={self.model_config_name}")
         if self.admin_key:
@@ -270,8 +342,12 @@ class TritonServer:
         from triton_tts.loopback import GRPC_URL_ENV
         from triton_tts.pacing import RELEASE_FILE_ENV
 
-        log.info("starting %s", redacted(self.command()))
         self.run_dir = Path(tempfile.mkdtemp(prefix="triton-tts-run-"))
+        # The run's own regions, told apart from other servers' on the machine.
+        self.shm_prefix = f"triton_tts_{os.getpid()}_{secrets.token_hex(4)}_"
+        if self.gated:
+            self._write_gate()
+        log.info("starting %s", redacted(self.command()))
         env = server_environment()
         # The models' view of this server: its own gRPC endpoint (triton_tts/loopback.py)
         # and the file that ends pacing when it stops (triton_tts/pacing.py).
@@ -286,15 +362,52 @@ class TritonServer:
         else:
             env.pop(API_KEY_ENV, None)
         out = open(self.log_file, "ab") if self.log_file else None  # noqa: SIM115 - owned by the process
+        main_thread = threading.current_thread() is threading.main_thread()
         self.process = subprocess.Popen(
-            self.command(), env=env, stdout=out, stderr=subprocess.STDOUT if out else None
+            self.command(),
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT if out else None,
+            preexec_fn=_dies_with_parent(os.getpid(), main_thread),  # noqa: PLW1509 - setpgid and prctl only
         )
+        self.reaper = self._start_reaper()
         return self
 
+    def _write_gate(self) -> None:
+        assert self.gate_repository is not None and self.gate_release_file is not None
+        model = self.gate_repository / GATE_MODEL
+        (model / "1").mkdir(parents=True)
+        (model / "config.pbtxt").write_text(GATE_CONFIG % self.gate_release_file, encoding="utf-8")
+        (model / "1" / "model.py").write_text(GATE_CODE, encoding="utf-8")
+
+    def _start_reaper(self) -> subprocess.Popen[bytes]:
+        """triton_tts/reaper.py, watching this process through a pipe only it writes: when
+        this process ends, however, it kills tritonserver's group (stubs included) and
+        removes the run's shared memory and run folder."""
+        assert self.process is not None and self.shm_prefix is not None
+        command = [sys.executable, "-m", "triton_tts.reaper", "--group", str(self.process.pid)]
+        command += ["--shm-prefix", self.shm_prefix, "--run-dir", str(self.run_dir)]
+        # its own session: a Ctrl-C at the terminal is for this process, not for it
+        return subprocess.Popen(command, stdin=subprocess.PIPE, start_new_session=True)
+
+    def _end_reaper(self) -> None:
+        """Tell the reaper tritonserver has stopped (it removes what is left) and wait for it."""
+        reaper, self.reaper = self.reaper, None
+        if reaper is None:
+            return
+        if reaper.stdin is not None:
+            reaper.stdin.close()
+        try:
+            reaper.wait(REAPER_EXIT_S)
+        except subprocess.TimeoutExpired:
+            log.warning("the reaper (pid %s) did not end in %.0f s", reaper.pid, REAPER_EXIT_S)
+
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
-        """Return once Triton is ready (every model loaded and warmed up). A model that fails
-        to load ends the wait at once with a RuntimeError naming the model and the cause:
-        Triton exits then (--exit-on-error, its default), or, told not to, stays up unready."""
+        """Return once Triton is ready (every model loaded and warmed up), its capacity
+        measured and, on a gated start, the gate released. A model that fails to load ends
+        the wait at once with a RuntimeError naming the model and the cause: Triton exits
+        then (--exit-on-error, its default), or, told not to, stays up unready; one whose
+        stub died while it loaded is loaded again by the watchdog, when there is one."""
         import tritonclient.http as httpclient
 
         deadline = time.monotonic() + timeout
@@ -303,17 +416,25 @@ class TritonServer:
             while time.monotonic() < deadline:
                 if self.process is not None and self.process.poll() is not None:
                     exited = f"tritonserver exited (code {self.process.returncode}) before it was ready"
+                    if self.process.returncode < 0:  # a signal: 2.51 crashes when a stub dies in warm-up
+                        raise TritonCrashed(exited)
                     failure = self._load_failure()
                     raise RuntimeError(f"{exited}: {failure}" if failure else exited)
                 try:
-                    ready = client.is_server_ready()
+                    ready = self._models_ready(client) if self.gated else client.is_server_ready()
                     failure = None if ready else self._unavailable_model(client)
                 except Exception:  # not listening yet
                     ready, failure = False, None
                 if ready and self._metrics_listening():
                     if self.measure_capacity:
                         self._measure_capacity()
+                    if self.gated:
+                        self._release_gate(client, deadline)
                     return
+                if failure and self.gated:  # Triton stays up (the gate's doing): say why, as if it exited
+                    raise RuntimeError(
+                        f"tritonserver could not load its models: {self._load_failure() or failure}"
+                    )
                 if failure:
                     raise RuntimeError(failure)
                 time.sleep(0.5)
@@ -321,23 +442,97 @@ class TritonServer:
             client.close()
         raise TimeoutError(f"tritonserver not ready after {timeout:.0f} s")
 
+    def _models_ready(self, client: Any) -> bool:
+        """Every model but the gate READY (a gated start: Triton's own readiness waits for
+        the gate); an ensemble whose step failed shows no state at all."""
+        index = client.get_model_repository_index(headers=self.headers())
+        return all(m.get("state") == "READY" for m in index if m.get("name") != GATE_MODEL)
+
+    def _release_gate(self, client: Any, deadline: float) -> None:
+        """Load the gate, now that its file says start-up is done: Triton turns ready."""
+        assert self.gate_release_file is not None
+        self.gate_release_file.touch()
+        for attempt in itertools.count(1):
+            try:
+                client.load_model(GATE_MODEL, headers=self.headers())
+            except Exception as err:  # its stub killed while it loads, say: load it again
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(f"the start-up gate did not load: {err}") from err
+                log.warning("start-up gate: load %d failed (%s); again", attempt, err)
+                time.sleep(1.0)
+                continue
+            if client.is_server_ready():
+                return
+            time.sleep(0.5)  # another model went down meanwhile: the watchdog heals it
+
     def _measure_capacity(self) -> None:
         """Each voice's capacity, measured now that the server is warm, into the ledger the
-        models admit by (triton_tts/admission.py); a server with no tts model has none."""
+        models admit by (triton_tts/admission.py); a server with no tts model has none. A
+        voice whose measurement fails (a stub killed meanwhile) is measured again once the
+        watchdog has healed; one that still fails keeps the ledger's default capacity,
+        which admission corrects online, with a warning: start-up goes on either way."""
+        from triton_tts.admission import DEFAULT_CAPACITY, Ledger, measure_capacity
+
+        try:
+            voices = self._chunk_voices()
+        except Exception as err:  # the supervisor's start-up survives anything here
+            log.warning("capacity not measured (voices unreadable: %s); admission learns it online", err)
+            return
+        assert self.admission_dir is not None
+        ledger = Ledger(self.admission_dir)
+        for voice, spec in voices.items():
+            for attempt in range(1, MEASURE_ATTEMPTS + 1):
+                try:
+                    measured = measure_capacity(
+                        self.grpc_url,
+                        {voice: spec},
+                        headers=self.headers("grpc"),
+                        parameters=self.internal_parameters(),
+                    )[voice]
+                    break
+                except Exception as err:
+                    log.warning(
+                        "capacity of voice %s: measurement %d of %d failed (%s)",
+                        voice,
+                        attempt,
+                        MEASURE_ATTEMPTS,
+                        str(err).splitlines()[0] if str(err) else type(err).__name__,
+                    )
+                    self._wait_healed()
+            else:
+                log.warning(
+                    "capacity of voice %s not measured: admission starts from %.1f s of audio "
+                    "per second and corrects it online",
+                    voice,
+                    DEFAULT_CAPACITY,
+                )
+                continue
+            audio_per_s, stages = measured
+            self.capacity[voice] = measured
+            ledger.set_capacity(voice, audio_per_s, stages)
+            log.info(
+                "capacity of voice %s: %.1f s of audio per second (%s)",
+                voice,
+                audio_per_s,
+                ", ".join(f"{stage} {value:.1f} per instance" for stage, value in stages.items()),
+            )
+
+    def _chunk_voices(self) -> dict[str, tuple[str, bool, list[str]]]:
+        """What measure_capacity takes: each chunk voice's tts_chunk model, whether it is
+        Chinese, and its stage models; none without a tts model."""
         import tritonclient.http as httpclient
 
-        from triton_tts.admission import Ledger, measure_capacity
         from triton_tts.client.voices import CHUNKS_KIND, VoiceInfo
         from triton_tts.text.frontend import is_chinese
 
         client = httpclient.InferenceServerClient(self.http_url)
         try:
             if not client.is_model_ready("tts", headers=self.headers()):
-                return
+                return {}
             params = client.get_model_config("tts", headers=self.headers()).get("parameters", {})
         finally:
             client.close()
-        voices = {
+        return {
             v.name: (
                 v.model,
                 is_chinese(v.language),
@@ -346,19 +541,16 @@ class TritonServer:
             for v in VoiceInfo.list_from_json(params["voices"]["string_value"])
             if v.kind == CHUNKS_KIND  # an XTTS voice's model bounds its own work
         }
-        self.capacity = measure_capacity(
-            self.grpc_url, voices, headers=self.headers("grpc"), parameters=self.internal_parameters()
-        )
-        assert self.admission_dir is not None
-        ledger = Ledger(self.admission_dir)
-        for voice, (audio_per_s, stages) in self.capacity.items():
-            ledger.set_capacity(voice, audio_per_s, stages)
-            log.info(
-                "capacity of voice %s: %.1f s of audio per second (%s)",
-                voice,
-                audio_per_s,
-                ", ".join(f"{stage} {value:.1f} per instance" for stage, value in stages.items()),
-            )
+
+    def _wait_healed(self) -> None:
+        """Until the watchdog has healed what died (without one: a moment)."""
+        watchdog = self.watchdog
+        time.sleep(1.0)  # a dead stub is seen within the watchdog's poll
+        if watchdog is None:
+            return
+        deadline = time.monotonic() + MEASURE_HEAL_WAIT_S
+        while not watchdog.settled() and time.monotonic() < deadline:
+            time.sleep(0.2)
 
     def _metrics_listening(self) -> bool:
         """Triton starts its metrics endpoint last, after HTTP answers ready: a caller that
@@ -379,7 +571,7 @@ class TritonServer:
         log went to the terminal) the first graph in a local repository that does not load."""
         if self.log_file is not None and Path(self.log_file).exists():
             text = Path(self.log_file).read_text(encoding="utf-8", errors="replace")
-            found = LOAD_FAILED.findall(text)
+            found = [f for f in LOAD_FAILED.findall(text) if f[0] != GATE_MODEL]
             if found:  # the log is appended to: the last start's failure is the last one
                 model, cause = found[-1]
                 return f"model '{model}' failed to load: {cause}"
@@ -399,12 +591,24 @@ class TritonServer:
         return None
 
     def _unavailable_model(self, client: Any) -> str | None:
-        """A live, unready Triton (started with --exit-on-error=false): the model that failed."""
+        """A live, unready Triton (started with --exit-on-error=false): the model that failed.
+        Not failures: the start-up gate, and a model whose stub died while it loaded (or one
+        that depends on it) when a watchdog is there to load it again."""
+        from triton_tts.watchdog import STUB_DIED
+
         failed = [
             m
             for m in client.get_model_repository_index(headers=self.headers())
-            if m.get("state") == "UNAVAILABLE" and m.get("reason") not in (None, "", "unloaded")
+            if m.get("state") == "UNAVAILABLE"
+            and m.get("reason") not in (None, "", "unloaded")
+            and m.get("name") != GATE_MODEL
         ]
+        if self.watchdog is not None:
+            healable = [m for m in failed if STUB_DIED in m["reason"]]
+            for model in healable:
+                self.watchdog.request_heal(model["name"])
+            if healable:
+                failed = [m for m in failed if m not in healable and "depends on" not in m["reason"]]
         if not failed:
             return None
         # an ensemble fails because a model it depends on did: name that model
@@ -426,6 +630,8 @@ class TritonServer:
             if self.run_dir is not None and (self.process is None or self.process.poll() is not None):
                 shutil.rmtree(self.run_dir, ignore_errors=True)
                 self.run_dir = None
+            if self.process is None or self.process.poll() is not None:
+                self._end_reaper()
 
     def __enter__(self) -> TritonServer:
         self.start()
@@ -440,6 +646,11 @@ class TritonServer:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+class TritonCrashed(RuntimeError):
+    """tritonserver ended by a signal before it was ready (Triton 2.51 dies of SIGSEGV when
+    a stub is killed in the middle of its warm-up): worth a fresh start."""
 
 
 def onnx_load_error(path: Path) -> str | None:
@@ -516,14 +727,17 @@ def drain(server: TritonServer, timeout_s: float, poll_s: float = 0.2) -> int | 
 
 @contextmanager
 def supervised(server: TritonServer, health_port: int | None) -> Iterator[Watchdog]:
-    """Watch a ready server's Python-backend instances and heal dead ones (its
-    ``admin_key`` must be set); with ``health_port``, serve /ready and /live there."""
+    """Watch a started server's Python-backend instances and heal dead ones (its
+    ``admin_key`` must be set), from start-up on: enter it before wait_ready(), whose
+    capacity measurement then waits for heals; with ``health_port``, serve /ready and
+    /live there."""
     from triton_tts.watchdog import HealthServer, Watchdog
 
     if server.process is None or not server.admin_key:
         raise RuntimeError("supervised() needs a started server with an admin_key")
     process = server.process
     watchdog = Watchdog(process.pid, server.http_url, server.headers()).start()
+    server.watchdog = watchdog
     health = (
         HealthServer(health_port, watchdog, lambda: process.poll() is None).start()
         if health_port is not None
@@ -535,3 +749,22 @@ def supervised(server: TritonServer, health_port: int | None) -> Iterator[Watchd
         if health is not None:
             health.stop()
         watchdog.stop()
+        server.watchdog = None
+
+
+def _dies_with_parent(parent: int, with_parent: bool) -> Callable[[], None]:
+    """tritonserver's set-up between fork and exec: a process group of its own (the reaper
+    ends it with every stub; a Ctrl-C at the terminal reaches the supervisor only, which
+    drains first), and, forked from the main thread, SIGKILL when its parent dies (Linux
+    sends it when the forking *thread* ends, so not from any other thread: then the
+    reaper alone ends it)."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl if with_parent else None  # looked up before the fork
+
+    def setup() -> None:
+        os.setpgid(0, 0)
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if os.getppid() != parent:  # the parent died before prctl
+                os._exit(1)
+
+    return setup
