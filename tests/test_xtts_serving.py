@@ -32,10 +32,12 @@ from google.protobuf import text_format
 
 from testkit.xtts_checkpoints import build_xtts, voiced_clip
 from tests.helpers import metric_total, stream_model, wait_until
+from triton_tts.admission import Ledger, retry_after
 from triton_tts.cli import main as cli_main
 from triton_tts.export.coqui.cli import main as export_main
 from triton_tts.export.coqui.xtts.export import snr_db
 from triton_tts.server import TritonServer, default_voice_server, free_port
+from triton_tts.xtts import defaults as xtts_defaults
 from triton_tts.xtts.card import Sampling
 from triton_tts.xtts.runner import Conditioning, XttsRunner
 from triton_tts.xtts.scheduler import OVERLAP, Job, Scheduler, crossfade_join
@@ -803,3 +805,89 @@ def test_a_clip_uploaded_to_the_gateway_becomes_a_speaker(
     # The model itself: a store names its speaker and carries no text.
     _, errors = stream_xtts(xtts_server.grpc_url, xtts_inputs("Hello.", voiced, 16000, STORE_SPEAKER=True))
     assert len(errors) == 1 and "INVALID_ARG" in errors[0] and "needs SPEAKER" in errors[0]
+
+
+def stream_errors(url: str, inputs: list[Any], parameters: dict[str, Any]) -> list[str]:
+    """A tts_stream request with request parameters: its errors' messages, to the final flag."""
+    client = grpcclient.InferenceServerClient(url)
+    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    errors = []
+    try:
+        client.async_stream_infer(
+            "tts_stream", inputs, parameters=parameters, enable_empty_final_response=True
+        )
+        while True:
+            result, error = answers.get(timeout=120)
+            if error is not None:
+                errors.append(error.message())
+            elif result.get_response().parameters["triton_final_response"].bool_param:
+                return errors
+    finally:
+        client.stop_stream()
+        client.close()
+
+
+XTTS_CAPACITY = 4.0  # audio s/s, pinned for the admission test: its texts are sized by it
+
+
+@pytest.fixture
+def xtts_ledger(xtts_server: TritonServer) -> Iterator[Ledger]:
+    """The server's ledger, the XTTS voice's capacity pinned for the test and handed back
+    to the model's own measurement afterwards."""
+    assert xtts_server.admission_dir is not None
+    book = Ledger(xtts_server.admission_dir)
+    before, source, _ = book.capacities()["xtts"]
+    assert source == "model"  # the xtts model reports its own capacity to the shared ledger
+    book.set_capacity("xtts", XTTS_CAPACITY, pinned=True)
+    yield book
+    book.set_capacity("xtts", before)
+    book.observe_capacity("xtts", None, xtts_defaults.CAPACITY)
+
+
+def test_xtts_texts_are_admitted_by_their_work_in_the_shared_ledger(
+    xtts_server: TritonServer, xtts_ledger: Ledger
+) -> None:
+    """tts and tts_stream admit an XTTS voice's text in the ledger the chunk voices share,
+    by its predicted work: while a long stream's work is admitted, a text that may wait
+    1 ms is refused at once (busy, with a retry hint) by both, before the stream ends; one
+    that states no deadline is served; the work shows while it runs and is gone after."""
+    import tritonclient.http as httpclient
+    from tritonclient.utils import InferenceServerException
+
+    # ~1,100 characters: ~77 s of audio, ~19 s of work at the pinned capacity (within the
+    # default budget), and twenty segments for the tiny model to decode.
+    text = " ".join(f"Line {i} of a text that keeps the model busy." for i in range(20))
+    reference = clip(70, 3.0)
+    ahead: list[Any] = []
+    runner = threading.Thread(
+        target=lambda: ahead.append(
+            stream_model(
+                xtts_server.grpc_url, "tts_stream", long_text_inputs(grpcclient, text, "xtts", reference)
+            )
+        )
+    )
+    runner.start()
+    try:
+        wait_until(lambda: xtts_ledger.load().texts == 1, 60, "the stream's work in the ledger")
+        assert metric_total(xtts_server.metrics_port, "triton_tts_admitted_work_seconds") > 0
+        short = long_text_inputs(httpclient, "Hello there.", "xtts", reference)
+        http = httpclient.InferenceServerClient(xtts_server.http_url, network_timeout=300)
+        try:
+            with pytest.raises(InferenceServerException, match="server busy") as refused:
+                http.infer("tts", short, parameters={"max_wait_ms": 1})
+            assert refused.value.status() == "503" and (retry_after(str(refused.value)) or 0) > 0
+            streamed = long_text_inputs(grpcclient, "Hello there.", "xtts", reference)
+            errors = stream_errors(xtts_server.grpc_url, streamed, {"max_wait_ms": 1})
+            assert len(errors) == 1 and "server busy" in errors[0] and retry_after(errors[0]), errors
+            assert not ahead, "the stream ended before the refusals: they prove nothing"
+            served = http.infer("tts", short)  # no deadline: the default budget holds the work ahead
+            assert served.as_numpy("AUDIO").size > 0
+        finally:
+            http.close()
+    finally:
+        runner.join(300)
+    ((chunks, errors),) = ahead
+    assert not errors and chunks[-1]["last"]
+    wait_until(lambda: xtts_ledger.load().texts == 0, 30, "the XTTS work to leave the ledger")
+    assert xtts_ledger.load().text_work_s == 0

@@ -83,6 +83,9 @@ def chunk_priority(index: int, lead_s: float) -> int:
 
 ADMISSION_DIR_ENV = "TRITON_TTS_ADMISSION_DIR"  # set by triton_tts.server.TritonServer
 DEFAULT_CAPACITY = 10.0  # audio s/s assumed of a voice before anything was measured
+# The source of a capacity its voice's own model measures (XTTS: Ledger.observe_capacity);
+# the windows of the chunk voices (Ledger._observe) neither correct it nor count its work.
+MODEL_SOURCE = "model"
 MIN_TEXT_SHARE = 0.1  # of the machine texts are counted on, however many listeners
 WINDOW_S = 3.0  # capacity is corrected from windows this long
 CORRECTION = 0.3  # weight of one busy window's throughput in the capacity
@@ -325,6 +328,29 @@ class Ledger:
             if stages:
                 state["stages"][voice] = {k: float(v) for k, v in stages.items()}
 
+    def observe_capacity(
+        self, voice: str, audio_per_s: float | None, default: float, busy: bool = True
+    ) -> float:
+        """The capacity of a voice whose own model measures what it makes (XTTS: its decode
+        loop batches its own slots at a rate of its own, which the chunk voices' windows
+        say nothing of). ``default`` until there is a figure; then a window's throughput
+        ``audio_per_s`` moves it :data:`CORRECTION` of the way there when the model was
+        ``busy`` throughout, or when it made more. Marked :data:`MODEL_SOURCE`, so
+        :meth:`_observe` leaves it (and its work) alone; a pinned figure stays as it is.
+        Returns the capacity now."""
+        with self._state() as state:
+            source = state["source"].get(voice)
+            if source == "pinned":
+                return self._capacity(state, voice)
+            if voice not in state["capacity"] or source == "default":
+                state["capacity"][voice] = float(default)
+            state["source"][voice] = MODEL_SOURCE
+            capacity = self._capacity(state, voice)
+            if audio_per_s is not None and audio_per_s > 0 and (busy or audio_per_s > capacity):
+                capacity += CORRECTION * (audio_per_s - capacity)
+                state["capacity"][voice] = capacity
+            return capacity
+
     # -- decisions --------------------------------------------------------------------
     def admit_text(
         self, request_id: str, voice: str, caller: str, audio_s: float, budget_s: float | None = None
@@ -540,7 +566,8 @@ class Ledger:
                     line["remaining_s"] = max(0.0, float(line["remaining_s"]) - audio_s / capacity)
                     if first:
                         line["first_s"] = 0.0
-            self._observe(state, audio_s / capacity)
+            if state["source"].get(work.voice) != MODEL_SOURCE:  # its model measures it itself
+                self._observe(state, audio_s / capacity)
 
     def _observe(self, state: dict[str, Any], used_s: float) -> None:
         """Throughput per window: in a busy window (texts waited throughout) the machine
@@ -548,8 +575,8 @@ class Ledger:
         raises it."""
         window = state["window"]
         window["used"] = float(window["used"]) + used_s
-        load = self._load(state)
-        window["busy"] = bool(window["busy"]) and load.text_work_s >= BUSY_BACKLOG_S
+        backlog = self._backlog(state)
+        window["busy"] = bool(window["busy"]) and backlog >= BUSY_BACKLOG_S
         now = self.clock()
         elapsed = now - float(window["start"])
         if elapsed < WINDOW_S:
@@ -558,10 +585,21 @@ class Ledger:
         if window["busy"] or ratio > 1.0:
             ratio = min(2.0, max(0.5, ratio))
             factor = 1.0 - CORRECTION + CORRECTION * ratio
-            for voice in [v for v in state["capacity"] if state["source"].get(v) != "pinned"]:
+            kept = ("pinned", MODEL_SOURCE)
+            for voice in [v for v in state["capacity"] if state["source"].get(v) not in kept]:
                 state["capacity"][voice] = float(state["capacity"][voice]) * factor
                 state["source"][voice] = "live"
-        state["window"] = {"start": now, "used": 0.0, "busy": load.text_work_s >= BUSY_BACKLOG_S}
+        state["window"] = {"start": now, "used": 0.0, "busy": backlog >= BUSY_BACKLOG_S}
+
+    @staticmethod
+    def _backlog(state: dict[str, Any]) -> float:
+        """Texts' work waiting, machine-seconds, of the voices the windows correct: an XTTS
+        text waiting says nothing of whether the chunk voices were busy."""
+        return sum(
+            float(w["remaining_s"])
+            for w in state["work"]
+            if w["kind"] == "text" and state["source"].get(w["voice"]) != MODEL_SOURCE
+        )
 
     def release(self, work: Work) -> None:
         with self._state() as state:

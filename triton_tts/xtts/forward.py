@@ -10,7 +10,13 @@ REFERENCE_AUDIO with REFERENCE_SAMPLE_RATE clones a clip; LANGUAGE, SPEED, TEMPE
 and SEED go on as sent. The XTTS model's own errors come back with their codes (a bad clip: INVALID_ARG,
 a full model: UNAVAILABLE). A client that cancels (or outlives its own timeout) stops its
 generation in the model too: the request carries a job id, and the model is sent an
-internal request that cancels that job. Only importable inside Triton's Python backend.
+internal request that cancels that job.
+
+Before it goes on, tts and tts_stream admit the request in the server's ledger as a text
+(:func:`admit`: its predicted audio over the voice's capacity, the machine-seconds it
+needs), so XTTS texts and the chunk voices' texts wait for one another's work; each chunk
+made counts as done, and the work is released when the request ends. Only importable
+inside Triton's Python backend.
 """
 
 from __future__ import annotations
@@ -18,21 +24,88 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from triton_tts import internal
-from triton_tts.bls import ChunkFailed, LongTextSettings, RequestCancelled
+from triton_tts.admission import Ledger, Work
+from triton_tts.bls import ChunkFailed, LongTextSettings, RequestCancelled, read_caller, wait_deadline_us
 from triton_tts.client.voices import XTTS_KIND, VoiceInfo
+from triton_tts.metrics import TTSMetrics
 from triton_tts.validation import InvalidRequest
+from triton_tts.xtts import defaults
 from triton_tts.xtts.requests import CANCEL_PARAMETER, JOB_PARAMETER
 from triton_tts.xtts.runner import FloatArray
 
 PASSED_ON = ("SPEED", "LANGUAGE", "REFERENCE_AUDIO", "REFERENCE_SAMPLE_RATE", "TEMPERATURE", "SEED")
 NOT_FOR_XTTS = ("NOISE_SCALE", "NOISE_W")
 TAGGED = re.compile(r"^\[([A-Z_]+)\] ")
+# Chinese, Japanese and Korean characters (defaults.CJK_CHAR_WEIGHT): CJK ideographs and
+# their extension A, kana, hangul syllables.
+CJK = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What admission needs of an XTTS voice's request."""
+
+    characters: int  # of TEXT
+    audio_s: float  # predicted
+    caller: str
+    deadline_us: int  # how long it may wait to be admitted (0: it does not say)
+
+
+def predicted_audio_s(text: str, speed: float | None) -> float:
+    """Seconds of audio an XTTS voice takes to say ``text``: its characters (a CJK one
+    counting as several) at XTTS's reading rate, over SPEED."""
+    characters = len(text.strip()) + (defaults.CJK_CHAR_WEIGHT - 1) * len(CJK.findall(text))
+    # A SPEED out of the model's bounds is refused there by name; here it only must not divide.
+    fast = speed if speed is not None and speed > 0 else 1.0
+    return characters * defaults.SECONDS_PER_CHAR / fast
+
+
+def read_demand(request: Any) -> Demand:
+    """The request's text, caller and deadline, for admission (a TEXT that is not one
+    string: refused, as :func:`xtts_inputs` refuses it)."""
+    text = _text(request)
+    speed = _flag(request, "SPEED")
+    raw = text[0]
+    said = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+    return Demand(
+        len(said),
+        predicted_audio_s(said, None if speed is None else float(speed)),
+        read_caller(request),
+        wait_deadline_us(request),
+    )
+
+
+def admit(
+    ledger: Ledger, metrics: TTSMetrics, request: Any, voice: VoiceInfo, request_id: str
+) -> tuple[Demand, Work]:
+    """Admitted as any text is (XTTS is not paced: its model makes audio at its own rate),
+    while its predicted wait fits its deadline or, stating none, the default budget;
+    :class:`triton_tts.admission.Refused` at once otherwise."""
+    demand = read_demand(request)
+    with metrics.demand(voice.name, demand.audio_s):
+        work = ledger.admit_text(
+            request_id,
+            voice.name,
+            demand.caller,
+            demand.audio_s,
+            ledger.settings.text_budget(demand.deadline_us),
+        )
+    return demand, work
+
+
+def _text(request: Any) -> Any:
+    tensor = pb_utils.get_input_tensor_by_name(request, "TEXT")
+    text = tensor.as_numpy().reshape(-1) if tensor is not None else np.array([], dtype=np.object_)
+    if text.size != 1:
+        raise InvalidRequest(f"TEXT must hold one string per request, got {text.size}")
+    return text
 
 
 def _voice_name(request: Any) -> tuple[str, str] | None:
@@ -77,10 +150,7 @@ def xtts_inputs(request: Any, voice: VoiceInfo) -> list[Any]:
     text_format = _flag(request, "TEXT_FORMAT")
     if isinstance(text_format, bytes) and text_format.decode("utf-8", "replace").strip().lower() == "ssml":
         raise InvalidRequest(f"TEXT_FORMAT ssml: voice {voice.name!r} (XTTS) reads plain text")
-    text = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy().reshape(-1)
-    if text.size != 1:
-        raise InvalidRequest(f"TEXT must hold one string per request, got {text.size}")
-    inputs = [pb_utils.Tensor("TEXT", text.astype(np.object_))]
+    inputs = [pb_utils.Tensor("TEXT", _text(request).astype(np.object_))]
     for name in PASSED_ON:
         tensor = pb_utils.get_input_tensor_by_name(request, name)
         if tensor is not None:

@@ -21,6 +21,14 @@ The conditioning encoders and the decoder are the voice's stage models (``xtts_s
 ``xtts_speaker``, ``xtts_decoder``; triton_tts/xtts/stage_calls.py), called by BLS: on
 GPU nodes they run on Triton's native onnxruntime backend while the GPT's loop stays here.
 
+Admission is tts's and tts_stream's: each XTTS text is admitted there by its predicted
+work, in the ledger the chunk voices share (triton_tts/xtts/forward.py,
+triton_tts/admission.py), against the capacity this model reports there, measured on
+itself while busy (triton_tts/xtts/capacity.py). ``max_waiting`` (generations waiting for
+a slot) is only a safety bound, as ``max_texts`` is for tts: past it a request is refused
+at once (UNAVAILABLE, "server busy" with a retry hint), which direct callers of this model
+meet first.
+
 The model's statistics go to Triton's metrics port: decode steps by batch size, so that
 cross-request batching is visible (``tts_xtts_decode_steps_total{batch="2"}``), and the
 live and waiting generations.
@@ -39,10 +47,12 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from triton_tts import internal
+from triton_tts.admission import AdmissionSettings, Ledger, busy_message
 from triton_tts.bls import Cancellation
 from triton_tts.config_parameters import string_parameters
 from triton_tts.errors import RequestErrors, request_id
 from triton_tts.xtts import defaults
+from triton_tts.xtts.capacity import ThroughputWindow
 from triton_tts.xtts.clips import ClipCache, ClipSettings
 from triton_tts.xtts.requests import RequestRefused, read_cancel, read_controls, read_job, read_store
 from triton_tts.xtts.runner import ClipRefused, FloatArray, XttsRunner
@@ -116,10 +126,17 @@ class TritonPythonModel:
             chunk_codes=int(params.get("chunk_codes", defaults.CHUNK_CODES)),
             overlap=int(params.get("overlap_samples", defaults.OVERLAP_SAMPLES)),
         )
-        # Overload: a request that would find this many waiting for a slot is refused at
-        # once (UNAVAILABLE), as the other models' queues refuse.
+        # A safety bound, not the admission rule (tts and tts_stream admit by work): a
+        # request that would find this many waiting for a slot is refused at once.
         waiting = defaults.WAITING_PER_SLOT * self.scheduler.pool.slots
         self.max_waiting = int(params.get("max_waiting", waiting))
+        # The voice's capacity in the admission ledger: the default until this model has
+        # measured what it makes (kept when a healed stub starts again).
+        self.ledger = Ledger.from_environment(
+            AdmissionSettings.from_parameters(params), args["model_repository"]
+        )
+        self.throughput = ThroughputWindow()
+        self.ledger.observe_capacity(card.name, None, defaults.CAPACITY)
         self.name = args["model_name"]
         self.errors = RequestErrors(self.name, tagged=True)
         self.rate = np.array([self.runner.card.output_rate], dtype=np.int32)
@@ -170,6 +187,19 @@ class TritonPythonModel:
             stats = self.scheduler.statistics()
             self.live_gauge.set(stats["live"])
             self.waiting_gauge.set(stats["waiting"])
+            self._observe_capacity(stats)
+
+    def _observe_capacity(self, stats: dict[str, int]) -> None:
+        """At each window's end, what the model made, to the ledger (busy: every slot
+        live or a generation waiting for one, throughout the window)."""
+        busy = stats["waiting"] > 0 or stats["live"] >= self.scheduler.pool.slots
+        ended = self.throughput.sample(busy)
+        if ended is None or ended[0] <= 0:
+            return
+        try:
+            self.ledger.observe_capacity(self.runner.card.name, ended[0], defaults.CAPACITY, ended[1])
+        except OSError as err:  # admission goes on with the figure it has
+            pb_utils.Logger.log_warn(f"{self.name}: capacity not written to the ledger: {err}")
 
     def execute(self, requests: list[Any]) -> None:
         for request in requests:
@@ -183,8 +213,8 @@ class TritonPythonModel:
                 sender.send(flags=FINAL)
                 continue
             waiting = self.scheduler.statistics()["waiting"]
-            if waiting >= self.max_waiting:
-                message = f"XTTS is at capacity: {waiting} generations wait for a slot; retry later"
+            if waiting >= self.max_waiting:  # the safety bound (admission is by work, in tts)
+                message = busy_message(f"XTTS is at capacity: {waiting} generations wait for a slot", 1.0)
                 sender.send(self.errors.response(rid, message, pb_utils.TritonError.UNAVAILABLE))
                 sender.send(flags=FINAL)
                 continue
@@ -266,6 +296,7 @@ class TritonPythonModel:
         done = threading.Event()
 
         def send(audio: FloatArray, last: bool) -> None:
+            self.throughput.made(audio.size / self.runner.card.output_rate)
             response = self._chunk(audio, index[0], last)
             index[0] += 1
             sender.send(response)

@@ -11,10 +11,10 @@ admitted ahead of it would make it wait past the budget) in ``execute``, which t
 returns: the answer goes through the request's response sender from a thread, so one
 instance takes any number of texts and a long one holds no short one back. A request
 its client cancels (gRPC) or its own ``timeout`` outlives starts no more chunks (see
-triton_tts.bls.Cancellation). An XTTS voice's text goes whole to its own model
-(triton_tts/xtts/forward.py), which bounds its own work. Outcomes and throughput go to Triton's metrics port
-(triton_tts.metrics); every error sent back is logged with the request's id
-(triton_tts.errors).
+triton_tts.bls.Cancellation). An XTTS voice's text is admitted in the same ledger by its
+predicted work, then goes whole to its own model (triton_tts/xtts/forward.py). Outcomes
+and throughput go to Triton's metrics port (triton_tts.metrics); every error sent back is
+logged with the request's id (triton_tts.errors).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import json
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -44,7 +45,7 @@ from triton_tts.client.voices import VoiceInfo
 from triton_tts.config_parameters import string_parameters
 from triton_tts.errors import RequestErrors, request_id
 from triton_tts.metrics import TTSMetrics
-from triton_tts.xtts.forward import forward, xtts_voice
+from triton_tts.xtts.forward import Demand, admit, forward, xtts_voice
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
@@ -74,17 +75,19 @@ class TritonPythonModel:
             rid = request_id(request)
             try:
                 xtts = xtts_voice(request, self.settings)
-                if xtts is not None:  # the whole request to the voice's XTTS model
-                    self.requests.submit(self._xtts, request, sender, xtts, rid, started)
-                    continue
-                long_text = read_request(request, self.settings, rid)
-                work = self._admit(long_text)
+                if xtts is not None:  # admitted here, then the whole request to its XTTS model
+                    demand, work = admit(self.ledger, self.metrics, request, xtts, rid)
+                    answer = partial(self._xtts, request, sender, xtts, demand, work, rid, started)
+                else:
+                    long_text = read_request(request, self.settings, rid)
+                    work = self._admit(long_text)
+                    answer = partial(self._synthesize, request, sender, long_text, work, started)
             except Exception as err:  # the request's own error; others are unaffected
                 self.metrics.record_error(outcome(err))
                 sender.send(error_response(self.errors, rid, err), flags=FINAL)
                 continue
             try:
-                self.requests.submit(self._synthesize, request, sender, long_text, work, started)
+                self.requests.submit(answer)
             except RuntimeError as err:  # unloading: the pool takes no more
                 self.ledger.release(work)
                 sender.send(error_response(self.errors, rid, err), flags=FINAL)
@@ -119,28 +122,44 @@ class TritonPythonModel:
             self.ledger.release(work)
             self.metrics.record_load(self.ledger)
 
-    def _xtts(self, request: Any, sender: Any, voice: VoiceInfo, rid: str, started: float) -> None:
-        """An XTTS voice's text: its model's chunks, joined (its own crossfades)."""
+    def _xtts(
+        self,
+        request: Any,
+        sender: Any,
+        voice: VoiceInfo,
+        demand: Demand,
+        work: Work,
+        rid: str,
+        started: float,
+    ) -> None:
+        """An XTTS voice's text: its model's chunks, joined (its own crossfades); each
+        chunk's audio is work done, and the work is released when the request ends."""
         try:
-            with self.metrics.in_flight():
-                cancellation = Cancellation(request.is_cancelled, request.timeout())
-                chunks = [(audio, rate) for audio, rate, _ in forward(request, voice, rid, cancellation)]
-                audio = np.concatenate([a for a, _ in chunks])[None, :]
-                rate = chunks[0][1]
-            characters = len(pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy().reshape(-1)[0])
-            self.metrics.record_ok(
-                voice.name, characters, audio.size / rate, time.monotonic() - started, len(chunks)
-            )
-            response = pb_utils.InferenceResponse(
-                output_tensors=[
-                    pb_utils.Tensor("AUDIO", audio),
-                    pb_utils.Tensor("SAMPLE_RATE", np.array([[rate]], dtype=np.int32)),
-                ]
-            )
-        except Exception as err:  # the request's own error; others are unaffected
-            self.metrics.record_error(outcome(err))
-            response = error_response(self.errors, rid, err)
-        sender.send(response, flags=FINAL)
+            try:
+                with self.metrics.in_flight():
+                    cancellation = Cancellation(request.is_cancelled, request.timeout())
+                    chunks = []
+                    for audio, rate, _ in forward(request, voice, rid, cancellation):
+                        chunks.append((audio, rate))
+                        self.ledger.completed(work, audio.size / rate)
+                    joined = np.concatenate([a for a, _ in chunks])[None, :]
+                    rate = chunks[0][1]
+                self.metrics.record_ok(
+                    voice.name, demand.characters, joined.size / rate, time.monotonic() - started, len(chunks)
+                )
+                response = pb_utils.InferenceResponse(
+                    output_tensors=[
+                        pb_utils.Tensor("AUDIO", joined),
+                        pb_utils.Tensor("SAMPLE_RATE", np.array([[rate]], dtype=np.int32)),
+                    ]
+                )
+            except Exception as err:  # the request's own error; others are unaffected
+                self.metrics.record_error(outcome(err))
+                response = error_response(self.errors, rid, err)
+            sender.send(response, flags=FINAL)
+        finally:
+            self.ledger.release(work)
+            self.metrics.record_load(self.ledger)
 
     def _answer(self, request: Any, long_text: LongTextRequest, work: Work, started: float) -> Any:
         rid = long_text.request_id

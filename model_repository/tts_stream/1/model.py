@@ -53,7 +53,7 @@ from triton_tts.errors import RequestErrors, request_id
 from triton_tts.loopback import Loopback
 from triton_tts.metrics import TTSMetrics
 from triton_tts.pacing import Pacer, released_by_file
-from triton_tts.xtts.forward import forward, xtts_voice
+from triton_tts.xtts.forward import Demand, admit, forward, xtts_voice
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 FINALIZE_WAIT_S = 10.0  # under serve's --exit-timeout-secs (20 s)
@@ -114,14 +114,13 @@ class TritonPythonModel:
         for request in requests:
             started = time.monotonic()
             rid = request_id(request)
-            xtts = xtts_voice(request, self.settings)
-            if xtts is not None:  # the whole request to the voice's XTTS model, relayed
-                with self.lock:
-                    self.active += 1
-                self.streams.submit(self._xtts, request, xtts, rid, started)
-                continue
             ticket: str | None = None
             try:
+                xtts = xtts_voice(request, self.settings)
+                if xtts is not None:  # admitted as a text, then the whole request to its XTTS model
+                    demand, xtts_work = admit(self.ledger, self.metrics, request, xtts, rid)
+                    self._start_xtts(request, xtts, demand, xtts_work, rid, started)
+                    continue
                 # In a burst, each first chunk is shorter the more are waiting ahead of it.
                 scale = self.ledger.load().first_chunk_scale if self.lead_s > 0 else 1.0
                 long_text = read_request(request, self.settings, rid, scale)
@@ -129,6 +128,9 @@ class TritonPythonModel:
                 try:
                     work: Work | None = self._admit(long_text, queueing=True)
                 except Refused as refusal:
+                    if self.ledger.settings.counted:  # count bounds alone refuse at once
+                        self._count_refused(long_text)
+                        raise
                     work, ticket = None, self._queue(long_text, refusal, budget_s)
                 else:
                     self.metrics.record_demand(long_text.voice, long_text.audio_s, admitted=True)
@@ -241,22 +243,42 @@ class TritonPythonModel:
                 self.active -= 1
                 self.lock.notify_all()
 
-    def _xtts(self, request: Any, voice: VoiceInfo, rid: str, started: float) -> None:
+    def _start_xtts(
+        self, request: Any, voice: VoiceInfo, demand: Demand, work: Work, rid: str, started: float
+    ) -> None:
+        """The admitted XTTS request's thread (unloading: its work released, and the error
+        goes out as the request's own)."""
+        with self.lock:
+            self.active += 1
+        try:
+            self.streams.submit(self._xtts, request, voice, demand, work, rid, started)
+        except RuntimeError:
+            self.ledger.release(work)
+            with self.lock:
+                self.active -= 1
+                self.lock.notify_all()
+            raise
+
+    def _xtts(
+        self, request: Any, voice: VoiceInfo, demand: Demand, work: Work, rid: str, started: float
+    ) -> None:
         """An XTTS voice's chunks as its model sends them (not paced: XTTS makes audio at
-        its own rate, and its slots bound the work)."""
+        its own rate); each chunk's audio is work done, and the work is released at the end."""
         sender = request.get_response_sender()
         sent_final, sent, samples, rate = False, 0, 0, voice.sample_rate
         try:
             with self.metrics.in_flight():
                 cancellation = Cancellation(sender.is_cancelled, request.timeout())
                 for audio, rate, last in forward(request, voice, rid, cancellation):
+                    self.ledger.completed(work, audio.size / rate)
                     sender.send(chunk_response(audio, rate, sent, last), flags=FINAL if last else 0)
                     sent_final = last
                     if not sent:
                         self.metrics.record_first_chunk(voice.name, time.monotonic() - started)
                     sent, samples = sent + 1, samples + audio.size
-            characters = len(pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy().reshape(-1)[0])
-            self.metrics.record_ok(voice.name, characters, samples / rate, time.monotonic() - started, sent)
+            self.metrics.record_ok(
+                voice.name, demand.characters, samples / rate, time.monotonic() - started, sent
+            )
         except Exception as err:
             self.metrics.record_error(outcome(err))
             gone = isinstance(err, RequestCancelled) and not err.timed_out
@@ -267,6 +289,8 @@ class TritonPythonModel:
                 if not sent_final:
                     sender.send(flags=FINAL)
             finally:
+                self.ledger.release(work)
+                self.metrics.record_load(self.ledger)
                 with self.lock:
                     self.active -= 1
                     self.lock.notify_all()
