@@ -34,6 +34,13 @@ Summary (on the sum of VmRSS; the same for each process and for the sums of PSS 
     python -m benchmarks.soak --minutes 10
     python -m benchmarks.soak --url-http host:8000 --url-grpc host:8001   # no memory then
     python -m benchmarks.soak --minutes 0.5 --clients 2 --settle-s 2      # smoke
+    python -m benchmarks.soak --kill-every 120        # and a random stub killed (-9) every 2 min
+
+With ``--kill-every``, the own server runs under the watchdog (as ``triton-tts serve`` does)
+and a random Python-backend stub is killed with SIGKILL every so often (the OOM killer's
+way); an error between a kill and its instance's return is counted as "lost to a kill",
+not unexpected, and ``/dev/shm`` is counted before and after (a healed stub's region must
+not stay behind).
 
 Writes results/soak.json and results/soak.md (Markdown tables), stamped with date, git commit
 and machine (benchmarks/stamp.py), and results/soak.png.
@@ -44,6 +51,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import os
+import random
+import secrets
+import signal
 import tempfile
 import threading
 import time
@@ -59,7 +70,7 @@ from benchmarks.stamp import stamp, write_report
 from testkit.sample_texts import PARAGRAPH, SENTENCES
 from triton_tts.client.tts_client import NO_RETRIES, RequestRejected, RetryPolicy, ServerBusy, TTSClient
 from triton_tts.repository import build_repository, ensure_default_voice
-from triton_tts.server import TritonServer, free_port
+from triton_tts.server import TritonServer, free_port, supervised
 from triton_tts.watchdog import stub_instances
 
 log = logging.getLogger("soak")
@@ -69,6 +80,8 @@ WINDOW_SHARE, WINDOW_MAX_S = 0.1, 60.0
 GOAL_GROWTH_PCT = 5.0
 BUSY = "busy (expected under load)"
 UNEXPECTED = "unexpected"
+KILLED = "lost to a kill"
+HEAL_TIMEOUT_S = 300.0
 SERVER = "tritonserver"
 
 
@@ -103,6 +116,7 @@ class KindTally:
     ok: int = 0
     busy: int = 0
     unexpected: int = 0
+    killed: int = 0  # failed while a killed stub's instance was down
     audio_s: float = 0.0
     latencies: list[float] = dataclasses.field(default_factory=list)  # of ok requests
 
@@ -114,10 +128,22 @@ class Traffic:
     tallies: dict[str, KindTally] = dataclasses.field(default_factory=lambda: {k: KindTally() for k in KINDS})
     error_samples: dict[str, int] = dataclasses.field(default_factory=dict)  # "kind: Type: msg" -> n
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    # (killed at, back at or None while down), by Killer; a request that failed between
+    # them (or started before its kill and failed after it) was lost to that kill
+    kills: list[list[float | None]] = dataclasses.field(default_factory=list)
 
     @property
     def done(self) -> int:
-        return sum(t.ok + t.busy + t.unexpected for t in self.tallies.values())
+        return sum(t.ok + t.busy + t.unexpected + t.killed for t in self.tallies.values())
+
+    def during_a_kill(self, started: float) -> bool:
+        now = time.monotonic()
+        with self.lock:
+            return any(
+                started <= (back if back is not None else now) and now >= killed
+                for killed, back in ((k[0], k[1]) for k in self.kills)
+                if killed is not None
+            )
 
     def record(self, kind: str, outcome: str, seconds: float, audio_s: float = 0.0, error: str = "") -> None:
         with self.lock:
@@ -128,6 +154,8 @@ class Traffic:
                 tally.latencies.append(seconds)
             elif outcome == BUSY:
                 tally.busy += 1
+            elif outcome == KILLED:
+                tally.killed += 1
             else:
                 tally.unexpected += 1
                 key = f"{kind}: {error}"[:300]
@@ -190,6 +218,7 @@ def client_loop(
         while time.monotonic() < end:
             kind = schedule[n % len(schedule)]
             start = time.perf_counter()
+            began = time.monotonic()
             try:
                 audio_s = send(kind, clients, n)
             except ServerBusy:
@@ -197,13 +226,64 @@ def client_loop(
                 time.sleep(backoff.delay(refusals))
                 refusals += 1
             except Exception as err:  # any other failure is what a soak is for: count, go on
-                traffic.record(kind, UNEXPECTED, 0.0, error=f"{type(err).__name__}: {err}")
+                outcome = KILLED if traffic.during_a_kill(began) else UNEXPECTED
+                traffic.record(kind, outcome, 0.0, error=f"{type(err).__name__}: {err}")
             else:
                 traffic.record(kind, "ok", time.perf_counter() - start, audio_s)
                 refusals = 0
             n += 1
     finally:
         clients.close()
+
+
+class Killer:
+    """Kills a random stub of the server every ``every_s`` (SIGKILL) and waits for its
+    instance to come back (the watchdog's heal: a new stub of the same name)."""
+
+    def __init__(self, server_pid: int, every_s: float, traffic: Traffic, end: float) -> None:
+        self.server_pid, self.every_s, self.traffic, self.end = server_pid, every_s, traffic, end
+        self.log: list[dict[str, Any]] = []
+        self.thread = threading.Thread(target=self._run, name="killer", daemon=True)
+
+    def _run(self) -> None:
+        rng = random.Random(7)  # noqa: S311 - a reproducible choice, not secrecy
+        while time.monotonic() + self.every_s < self.end:
+            time.sleep(self.every_s)
+            stubs = stub_instances(self.server_pid)
+            if not stubs:
+                continue
+            instance = rng.choice(sorted(stubs))
+            entry: list[float | None] = [time.monotonic(), None]
+            with self.traffic.lock:
+                self.traffic.kills.append(entry)
+            os.kill(stubs[instance], signal.SIGKILL)
+            deadline = time.monotonic() + HEAL_TIMEOUT_S
+            while time.monotonic() < deadline:
+                now = stub_instances(self.server_pid)
+                if now.get(instance) not in (None, stubs[instance]) and len(now) >= len(stubs):
+                    break
+                time.sleep(0.2)
+            with self.traffic.lock:
+                entry[1] = time.monotonic() + 1.0  # a request routed just before the swap
+            assert entry[0] is not None and entry[1] is not None
+            self.log.append({"instance": instance, "healed_s": round(entry[1] - 1.0 - entry[0], 1)})
+            log.info("killed %s; back after %.1f s", instance, entry[1] - 1.0 - entry[0])
+
+    def start(self) -> Killer:
+        self.thread.start()
+        return self
+
+
+def shm_regions() -> dict[str, float]:
+    """The Python backend's shared-memory regions in /dev/shm: how many, and MiB allocated."""
+    found = [p for p in Path("/dev/shm").iterdir() if p.is_file()]  # noqa: S108 - where the regions live
+    sizes = []
+    for region in found:
+        try:
+            sizes.append(region.stat().st_blocks * 512)
+        except OSError:
+            continue
+    return {"count": len(sizes), "mib": sum(sizes) / 2**20}
 
 
 def read_memory(pid: int) -> dict[str, int] | None:
@@ -360,6 +440,19 @@ def own_server(voice: Path | None, stack: ExitStack, log_file: Path) -> TritonSe
     )
 
 
+def started(server: TritonServer, stack: ExitStack, watched: bool) -> TritonServer:
+    """``server`` started and ready until ``stack`` closes; ``watched``: as serve runs it,
+    under the watchdog (model control behind a key of its own), healing from the start."""
+    if not watched:
+        return stack.enter_context(server)
+    server.admin_key = secrets.token_urlsafe(24)
+    server.start()
+    stack.callback(server.stop)
+    stack.enter_context(supervised(server, None))
+    server.wait_ready()
+    return server
+
+
 def rolling_median(
     t: npt.NDArray[np.float64], values: npt.NDArray[np.float64], span_s: float
 ) -> npt.NDArray[np.float64]:
@@ -463,16 +556,26 @@ def tables(results: dict[str, Any]) -> list[str]:
     requests = [
         f"soak, {results['load_s'] / 60:g} min, {results['clients']} clients, server: {results['server']}:",
         "",
-        "| kind | ok | busy (expected under load) | unexpected | p50 | p99 |",
-        "|---|---|---|---|---|---|",
+        "| kind | ok | busy (expected under load) | lost to a kill | unexpected | p50 | p99 |",
+        "|---|---|---|---|---|---|---|",
     ]
     for kind, c in results["requests"].items():
         requests.append(
-            f"| {kind} | {c['ok']} | {c['busy']} | {c['unexpected']} "
+            f"| {kind} | {c['ok']} | {c['busy']} | {c['killed']} | {c['unexpected']} "
             f"| {c['p50_s']:.2f} s | {c['p99_s']:.2f} s |"
             if c["ok"]
-            else f"| {kind} | 0 | {c['busy']} | {c['unexpected']} | - | - |"
+            else f"| {kind} | 0 | {c['busy']} | {c['killed']} | {c['unexpected']} | - | - |"
         )
+    if results.get("kills"):
+        healed = [k["healed_s"] for k in results["kills"]]
+        shm = results["shm"]
+        requests += [
+            "",
+            f"{len(healed)} stubs killed (SIGKILL), each back in {min(healed):g}-{max(healed):g} s "
+            f"({', '.join(sorted({k['instance'] for k in results['kills']}))}); /dev/shm regions: "
+            f"{shm['before']['count']} ({shm['before']['mib']:.1f} MiB) before, "
+            f"{shm['after']['count']} ({shm['after']['mib']:.1f} MiB) after.",
+        ]
     summary = results["summary"]
     if "total_rss" not in summary:
         return ["\n".join(requests)]
@@ -496,7 +599,7 @@ def tables(results: dict[str, Any]) -> list[str]:
     return ["\n".join(requests), "\n".join(memory)]
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
+def arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
@@ -514,6 +617,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         choices=KINDS,
         help="only these kinds of request (default: the whole mix), to find which traffic grows what",
     )
+    parser.add_argument(
+        "--kill-every", type=float, default=0.0, help="seconds between stub kills (own server; 0: none)"
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = arguments()
     args = parser.parse_args(argv)
     schedule = [k for k in SCHEDULE if k in args.kinds] if args.kinds else SCHEDULE
     if bool(args.url_http) != bool(args.url_grpc):
@@ -528,7 +639,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             http_url, grpc_url = args.url_http, args.url_grpc
         else:
             log_file = args.out.with_name(args.out.stem + "-tritonserver.log")
-            server = stack.enter_context(own_server(args.voice, stack, log_file))
+            server = started(own_server(args.voice, stack, log_file), stack, bool(args.kill_every))
             assert server.process is not None
             http_url, grpc_url, pid = server.http_url, server.grpc_url, server.process.pid
         warm = Clients(http_url, grpc_url)
@@ -540,6 +651,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         start = sampler.sample()  # idle, before the traffic
         sampler.start()
         end = origin + load_s
+        shm_before = shm_regions()
+        killer = Killer(pid, args.kill_every, traffic, end).start() if args.kill_every and pid else None
         clients = [
             threading.Thread(
                 target=client_loop,
@@ -553,9 +666,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for c in clients:
             c.join()
         traffic_s = time.monotonic() - origin  # what ran at the end finished after load_s
+        if killer is not None:
+            killer.thread.join(HEAL_TIMEOUT_S)
         time.sleep(args.settle_s)
         sampler.stop()
         sampler.sample()
+        shm_after = shm_regions()
     samples = sampler.samples
     summary = summarise(samples, load_s, traffic_s, start)
     requests = {
@@ -563,6 +679,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "ok": t.ok,
             "busy": t.busy,
             "unexpected": t.unexpected,
+            "killed": t.killed,
             "audio_s": t.audio_s,
             "p50_s": float(np.percentile(t.latencies, 50)) if t.latencies else None,
             "p99_s": float(np.percentile(t.latencies, 99)) if t.latencies else None,
@@ -585,6 +702,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "unexpected_samples": dict(sorted(traffic.error_samples.items(), key=lambda e: -e[1])[:20]),
         },
         "summary": summary,
+        "kills": killer.log if killer is not None else [],
+        "shm": {"before": shm_before, "after": shm_after},
         "samples": samples,
     }
     write_report(args.out, results, tables(results), indent=1)

@@ -579,3 +579,15 @@ def test_counted_admission_takes_no_work_and_no_caller(tmp_path: Path) -> None:
     assert all(t.remaining_s == 0.0 and t.caller == "" for t in texts)
     with pytest.raises(Refused, match="3 texts in progress"):
         book.admit_text("t3", "joe", "", 1.0)
+
+
+def test_models_of_one_repository_share_a_ledger_by_default(tmp_path: Path) -> None:
+    """Without serve's folder, each Python model is told its own folder: tts, tts_stream and
+    the xtts models of one repository must still find one ledger (a different repository
+    its own)."""
+    from triton_tts.admission import default_directory
+
+    repository = tmp_path / "model_repository"
+    folders = [repository / name for name in ("tts", "tts_stream", "xtts__clone")]
+    assert len({default_directory(str(folder)) for folder in folders}) == 1
+    assert default_directory(str(tmp_path / "other" / "tts")) != default_directory(str(folders[0]))

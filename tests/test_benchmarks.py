@@ -211,11 +211,15 @@ def test_overload_harness_smoke(server: TritonServer, tmp_path: Path) -> None:
 @pytest.mark.server
 def test_soak_harness_smoke(tmp_path: Path) -> None:
     """The issue's CI smoke run: two minutes of the whole mix from its own server (memory
-    is read from /proc), four clients. No timing or memory assertions: machines are noisy."""
+    is read from /proc), four clients, a stub killed every 40 s under the watchdog. No
+    timing or memory assertions: machines are noisy. Nothing is lost but what a kill took,
+    and no shared-memory region stays behind a healed stub."""
     from benchmarks import soak
 
     out = tmp_path / "soak.json"
-    soak.main(["--minutes", "2", "--clients", "4", "--settle-s", "2", "--out", str(out)])
+    soak.main(
+        ["--minutes", "2", "--clients", "4", "--settle-s", "2", "--kill-every", "40", "--out", str(out)]
+    )
     saved = assert_stamped_report(out)
     assert len(saved["samples"]) >= 10
     processes = saved["samples"][-1]["processes"]
@@ -223,6 +227,8 @@ def test_soak_harness_smoke(tmp_path: Path) -> None:
     assert set(saved["requests"]) == set(soak.KINDS)
     assert all(counts["ok"] > 0 for counts in saved["requests"].values()), saved["requests"]
     assert saved["errors"]["unexpected"] == 0, saved["errors"]["unexpected_samples"]
+    assert len(saved["kills"]) >= 2 and all(kill["healed_s"] < soak.HEAL_TIMEOUT_S for kill in saved["kills"])
+    assert saved["shm"]["after"]["count"] == saved["shm"]["before"]["count"], saved["shm"]
     summary = saved["summary"]
     assert summary["total_rss"]["growth_after_warmup_pct"] is not None
     assert summary["total_pss"]["end_mib"] < summary["total_rss"]["end_mib"]  # shared pages once

@@ -109,7 +109,7 @@ class Flaky:
         if self.calls <= self.refusals:
             raise ServerBusy(f"{URL} is busy, retry later: {QUEUE_FULL}")
 
-    def synthesize_once(self, text: Any, options: Any) -> SynthesisResult:
+    def synthesize_once(self, text: Any, options: Any, deadline: Any = None) -> SynthesisResult:
         self.call()
         return RESULT
 
@@ -150,7 +150,7 @@ def test_synthesize_gives_up_after_its_attempts(sleeps: list[float]) -> None:
 
 
 def test_other_errors_are_not_retried(sleeps: list[float]) -> None:
-    def rejected(text: Any, options: Any) -> SynthesisResult:
+    def rejected(text: Any, options: Any, deadline: Any = None) -> SynthesisResult:
         raise RequestRejected("TEXT is empty")
 
     with TTSClient(URL, "grpc") as client:
@@ -194,7 +194,7 @@ def test_the_asyncio_client_retries_the_same_way(sleeps: list[float]) -> None:
     async def run() -> tuple[SynthesisResult, list[int]]:
         whole, streamed = Flaky(refusals=2), Flaky(refusals=1)
 
-        async def synthesize_once(text: Any, options: Any) -> SynthesisResult:
+        async def synthesize_once(text: Any, options: Any, deadline: Any = None) -> SynthesisResult:
             whole.call()
             return RESULT
 

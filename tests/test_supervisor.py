@@ -105,6 +105,7 @@ def test_stubs_killed_at_start_up_do_not_end_serve(serve: Serve) -> None:
         lambda: WARMUP.search(serve.triton_log()) if serve.log.exists() else None,
         READY_TIMEOUT_S, "a vocoder warm-up",
     )  # fmt: skip
+    assert warming is not None
     victim = stub_instances(triton).get(warming[1])
     if victim:
         os.kill(victim, signal.SIGKILL)
@@ -155,10 +156,10 @@ def test_kill_and_heal_cycles_leave_shared_memory_as_it_was(serve: Serve) -> Non
     wait_until(lambda: serve.status(health) == 200, HEAL_WITHIN_S, "serve healthy")
     # one region per live stub, the kill during the measurement's included (its old
     # stubs are stopped LINGER_S after its reload)
-    before = wait_until(
-        lambda: len(found := regions(prefix)) == len(stub_instances(triton)) and found,
-        LINGER_S + 60, "one region per live stub",
-    )  # fmt: skip
+    wait_until(
+        lambda: len(regions(prefix)) == len(stub_instances(triton)), LINGER_S + 60, "one region per live stub"
+    )
+    before = regions(prefix)
     stop = threading.Event()
     failed: list[str] = []
 

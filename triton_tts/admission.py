@@ -208,10 +208,13 @@ class Load:
         return (self.text_work_s + self.first_work_s) / self.text_share
 
 
-def default_directory(repository: str) -> Path:
+def default_directory(model_folder: str) -> Path:
     """A ledger per server when ``triton-tts serve`` named none: keyed by the repository
-    and the tritonserver process (the stubs' parent)."""
-    key = hashlib.sha256(f"{Path(repository).resolve()}:{os.getppid()}".encode()).hexdigest()[:16]
+    (the parent of the model's folder, Triton's ``model_repository`` argument to a Python
+    model: every model of one repository shares it) and the tritonserver process (the
+    stubs' parent)."""
+    repository = Path(model_folder).resolve().parent
+    key = hashlib.sha256(f"{repository}:{os.getppid()}".encode()).hexdigest()[:16]
     shm = Path("/dev/shm")  # noqa: S108 - a fallback; serve sets its own folder
     base = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
     return base / f"triton-tts-admission-{key}"
