@@ -89,7 +89,9 @@ class TritonPythonModel:
         )
         threads = max(self.settings.threads, int(params.get("max_streams", "0")) or 1024)
         self.chunks = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="stream-bls")
-        self.streams = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="stream")
+        # A thread per admitted stream and one per stream waiting for room (as many may
+        # wait as run: Ledger.enqueue_stream), so every waiting one asks for room itself.
+        self.streams = ThreadPoolExecutor(max_workers=2 * threads, thread_name_prefix="stream")
         self.active = 0
         self.lock = threading.Condition()
         self.lead_s = int(params.get("lead_ms", "0")) / 1000
