@@ -286,3 +286,17 @@ def test_dub_benchmark_smoke(server: TritonServer, tmp_path: Path) -> None:
         assert r["cues"] == 6 == r["fits"] + r["sped_up"] + r["overrun"] + r["cut"]
         assert r["takes"] >= 6 and r["wall_s"] > 0 and r["track_s"] >= 25
     assert out.with_suffix(".md").read_text(encoding="utf-8").count("\n| ") >= 3
+
+
+def test_admission_benchmark_smoke(server: TritonServer) -> None:
+    """benchmarks/admission.py's burst on the session server (the benchmark itself starts
+    two servers in turn), and its table from both variants' rows."""
+    from benchmarks import admission
+
+    row = admission.burst(server.grpc_url, admission.one_sentences(4), rounds=1)
+    assert row["requests"] == 4 and row["refused_share"] == 0.0 and row["errors"] == [], row
+    assert 0 < row["admitted_p50_s"] <= row["admitted_p99_s"]
+    table = admission.markdown(
+        {"default_text_budget_s": 45.0, "default": [{"burst": "4", **row}], "off": [{"burst": "4", **row}]}
+    )
+    assert "| 4 | 0% |" in table and "45 s" in table
