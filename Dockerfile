@@ -72,6 +72,8 @@ EXPOSE 8000 8001 8002 8003 8080
 # Python-backend instance died, and :8003/ready says whether every instance is alive.
 # The same image runs the gateway (it comes with the wheel; no GPU, no model) with the
 # entry point overridden, as the Helm chart does:
-#   docker run --entrypoint triton-tts IMAGE gateway --triton-url TRITON_HOST:8001
+#   docker run --entrypoint triton-tts IMAGE gateway --host 0.0.0.0 --triton-url TRITON_HOST:8001
 ENTRYPOINT ["triton-tts", "serve", "--no-build"]
-CMD ["--model-repository=/models/repository", "--triton-arg=--exit-timeout-secs=30"]
+# --host=0.0.0.0: serve's ports (Triton's, health) listen on 127.0.0.1 unless told, and
+# a container's are reached from outside it.
+CMD ["--model-repository=/models/repository", "--host=0.0.0.0", "--triton-arg=--exit-timeout-secs=30"]

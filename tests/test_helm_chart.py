@@ -601,6 +601,31 @@ def check_gateway_serves_where_probed(gateway: dict[str, Any]) -> int:
     return served
 
 
+@pytest.mark.parametrize(
+    "extra", [[], ["-f", str(GATEWAY_DEPLOYMENT_VALUES)]], ids=["sidecar", "gateway-deployment"]
+)
+def test_no_other_process_sees_the_keys_on_tritons_command_line(helm: Path, extra: list[str]) -> None:
+    """Triton takes its keys on its command line (docs/deployment.md, "Keys on Triton's
+    command line"): each pod runs as a non-root user in PID namespaces of its own (no
+    sharing between containers, none with the node), and serve listens on every interface
+    only because the chart says so (its default is 127.0.0.1)."""
+    docs = render(helm, *extra)
+    deployments = [d for d in docs if d["kind"] == "Deployment"]
+    assert len(deployments) == (2 if extra else 1)
+    for deployment in deployments:
+        pod = deployment["spec"]["template"]["spec"]
+        assert pod["shareProcessNamespace"] is False and pod["hostPID"] is False and pod["hostIPC"] is False
+        assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0
+        assert not any(c.get("securityContext", {}).get("runAsUser") == 0 for c in pod["containers"])
+    (triton,) = [
+        c
+        for d in deployments
+        for c in d["spec"]["template"]["spec"]["containers"]
+        if c["name"] == "tritonserver"
+    ]
+    assert flags(triton["args"])["--host"] == ["0.0.0.0"]
+
+
 def test_gateway_sidecar_calls_its_own_pods_triton_and_shares_its_service(helm: Path) -> None:
     docs = render(helm)
     pod = pod_spec(docs)
@@ -743,7 +768,8 @@ def test_the_charts_gateway_command_is_the_clis(
 
     args, pod = parsed()
     changed = {key: value for key, value in args.items() if value != defaults[key]}
-    chart_decides = {"graceful_timeout_s"} | ({"triton_url"} if mode == "deployment" else set())
+    # host: the CLI listens on 127.0.0.1 unless told; a pod's port is reached from outside
+    chart_decides = {"graceful_timeout_s", "host"} | ({"triton_url"} if mode == "deployment" else set())
     assert set(changed) == chart_decides
     if mode == "deployment":
         assert changed["triton_url"] == "dns:///tts-triton-tts-grpc-pods.speech.svc:8001"

@@ -12,12 +12,15 @@ tried at each door as a caller would (docs/api.md, "Keys").
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
+import socket
 import subprocess
 import sys
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -236,3 +239,207 @@ def test_no_key_reaches_a_log_line(keyed: tuple[Serve, int]) -> None:
     assert "triton-tts is ready" in serve.output() and "Started GRPCInferenceService" in serve.triton_log()
     for key in (*API_KEYS, ADMIN_KEY):
         assert key not in logs, f"a key is in the log: {key}"
+
+
+# --- Nothing readable by other local users, and the small doors (issue 43) ---------------
+
+OTHER_USER = 65534  # nobody: another local user, without an account of its own
+
+# Run as OTHER_USER with the system's Python (no project import): what of the given paths
+# it can read, and whether the token shows up in anything it can read of /dev/shm and of
+# every process's command line and environment.
+PROBE = """
+import json, os, sys
+paths, token = json.loads(sys.argv[1]), sys.stdin.buffer.read()  # not in its own argv
+opened = []
+for path in paths:
+    try:
+        if os.path.isdir(path):
+            os.listdir(path)
+        else:
+            with open(path, "rb") as f:
+                f.read(1)
+        opened.append(path)
+    except OSError:
+        pass
+seen = []
+for folder in ["/dev/shm"] + [f"/proc/{p}" for p in os.listdir("/proc") if p.isdigit()]:
+    names = os.listdir(folder) if folder == "/dev/shm" else ["cmdline", "environ"]
+    for name in names:
+        try:
+            with open(os.path.join(folder, name), "rb") as f:
+                if token in f.read():
+                    seen.append(os.path.join(folder, name))
+        except OSError:
+            pass
+print(json.dumps({"opened": opened, "token_in": seen}))
+"""
+
+
+def probe(paths: list[str], token: str, user: int | None) -> dict[str, list[str]]:
+    done = subprocess.run(
+        ["/usr/bin/python3", "-c", PROBE, json.dumps(paths)],
+        input=token,
+        user=user,
+        group=user,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd="/",
+    )
+    return dict(json.loads(done.stdout))
+
+
+def tritonserver_pid(serve: Serve) -> int:
+    from tests.test_supervisor import tritonserver_of
+
+    return tritonserver_of(serve)
+
+
+def environ(pid: int) -> dict[str, str]:
+    pairs = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace").split("\0")
+    return dict(pair.partition("=")[::2] for pair in pairs if "=" in pair)
+
+
+def test_what_serve_makes_is_private_to_its_user(keyed: tuple[Serve, int]) -> None:
+    """Another local user can open nothing serve's run made: not the run folder or any file
+    in it, not Triton's log, not a Python-backend region (tritonserver has a /dev/shm of its
+    own, so the machine's holds none of the run's), not the environment of tritonserver or
+    a stub; and the internal token is in nothing that user can read. The same probe run
+    as serve's own user opens them all (the refusals are the permissions', not the probe's)."""
+    from triton_tts.watchdog import stub_instances
+
+    serve, _ = keyed
+    triton = tritonserver_pid(serve)
+    env = environ(triton)
+    token, run_dir = env["TRITON_TTS_INTERNAL_TOKEN"], Path(env["TRITON_TTS_ADMISSION_DIR"]).parent
+    prefix = next(
+        a.partition("prefix-name=")[2] for a in cmdline_of(triton) if "shm-region-prefix-name=" in a
+    )
+    own_shm = Path(f"/proc/{triton}/root/dev/shm")
+    regions = sorted(own_shm.glob(f"{prefix}*"))
+    assert regions and own_shm.stat().st_dev != Path("/dev/shm").stat().st_dev
+    assert not list(Path("/dev/shm").glob(f"{prefix}*"))  # none in the machine's /dev/shm
+    made = [run_dir, *run_dir.rglob("*")]
+    assert len(made) > 3 and all(p.stat().st_mode & 0o077 == 0 for p in [*made, serve.log]), [
+        (str(p), oct(p.stat().st_mode)) for p in made if p.stat().st_mode & 0o077
+    ]
+    stubs = list(stub_instances(triton).values())
+    paths = [str(p) for p in [*made, serve.log, *regions]]
+    paths += [f"/proc/{pid}/environ" for pid in [triton, *stubs]]
+    refused = probe(paths, token, OTHER_USER)
+    assert refused == {"opened": [], "token_in": []}, refused
+    own = probe(paths, token, None)
+    assert set(own["opened"]) == set(paths) and own["token_in"], own
+
+
+def cmdline_of(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+
+
+def test_a_user_without_root_gets_a_private_shm_too() -> None:
+    """What serve does for tritonserver (triton_tts.server._dies_with_parent), done for a
+    process of another, unprivileged user: its region, made 0644 as the Python backend
+    makes them, lands in a /dev/shm of its own (a user namespace maps the user to itself),
+    not in the machine's, and its files are 0600 (umask 077)."""
+    from triton_tts.server import _dies_with_parent
+
+    name = f"triton_tts_probe_{uuid.uuid4().hex}"
+    written = Path("/tmp") / name  # a folder the other user may write in
+    child = subprocess.Popen(
+        [
+            "/usr/bin/python3", "-c",
+            "import os, sys; fd = os.open(sys.argv[1], os.O_CREAT | os.O_RDWR, 0o644); os.fchmod(fd, 0o644); "
+            "open(sys.argv[2], 'w').close(); print(os.getuid(), flush=True); sys.stdin.read()",
+            f"/dev/shm/{name}", str(written),
+        ],
+        user=OTHER_USER, group=OTHER_USER, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        preexec_fn=_dies_with_parent(os.getpid(), False),  # noqa: PLW1509 - as serve starts tritonserver
+    )  # fmt: skip
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == str(OTHER_USER)
+        own = Path(f"/proc/{child.pid}/root/dev/shm")
+        assert (own / name).exists() and not Path(f"/dev/shm/{name}").exists()
+        assert own.stat().st_mode & 0o777 == 0o700
+        assert written.stat().st_mode & 0o777 == 0o600
+    finally:
+        child.kill()
+        child.wait()
+        written.unlink(missing_ok=True)
+        Path(f"/dev/shm/{name}").unlink(missing_ok=True)
+
+
+def listening(port: int) -> set[str]:
+    """The local addresses a TCP socket listens on at ``port`` (/proc/net/tcp, tcp6: each
+    32-bit word in the host's order; an IPv4-mapped IPv6 address as its IPv4 one)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text(encoding="ascii").splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, _, hex_port = local.partition(":")
+            if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                raw = b"".join(bytes.fromhex(address[i : i + 8])[::-1] for i in range(0, len(address), 8))
+                ip = ipaddress.ip_address(raw)
+                found.add(str(getattr(ip, "ipv4_mapped", None) or ip))
+    return found
+
+
+def test_serve_listens_on_this_machine_only_unless_told(keyed: tuple[Serve, int]) -> None:
+    """Triton's HTTP, gRPC and metrics ports, the health port and the gateway: 127.0.0.1
+    by default (serve --host; the chart and the image say 0.0.0.0)."""
+    serve, gateway_port = keyed
+    metrics = next(
+        int(a.partition("=")[2])
+        for a in cmdline_of(tritonserver_pid(serve))
+        if a.startswith("--metrics-port=")
+    )
+    for port in (serve.http_port, serve.grpc_port, metrics, serve.health_port, gateway_port):
+        assert listening(port) == {"127.0.0.1"}, (port, listening(port))
+
+
+@pytest.mark.parametrize("length", [b"-5", b"x", b"5, 6", b"0x10", b""])
+def test_a_malformed_content_length_gets_the_error_json(keyed: tuple[Serve, int], length: bytes) -> None:
+    """uvicorn refuses what it cannot parse before any middleware: with the error JSON."""
+    _, gateway_port = keyed
+    with socket.create_connection(("127.0.0.1", gateway_port), timeout=30) as sock:
+        sock.sendall(
+            b"POST /v1/audio/speech HTTP/1.1\r\nHost: tts\r\nContent-Type: application/json\r\n"
+            b"Authorization: Bearer "
+            + API_KEYS[0].encode()
+            + b"\r\nContent-Length: "
+            + length
+            + b"\r\n\r\n{}"
+        )
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ") and b"content-type: application/json" in head.lower(), answer
+    error = json.loads(body)["error"]
+    assert error["code"] == "malformed_request" and error["type"] == "invalid_request_error", error
+
+
+@pytest.mark.parametrize("voice", ["jo\x00e", "jo\u202ee", "jo\x1b[2Je"])
+def test_a_control_character_in_voice_comes_back_escaped(keyed: tuple[Serve, int], voice: str) -> None:
+    """Through Triton (the model's message) and the gateway (its own check): the caller's
+    value is echoed with its control and format characters escaped, never raw."""
+    serve, gateway_port = keyed
+    escaped = voice.encode("unicode_escape").decode("ascii")
+    tensors = [
+        {"name": "TEXT", "shape": [1, 1], "datatype": "BYTES", "data": [TEXT]},
+        {"name": "VOICE", "shape": [1, 1], "datatype": "BYTES", "data": [voice]},
+    ]
+    status, message = request(
+        f"http://localhost:{serve.http_port}/v2/models/tts/infer",
+        {"Authorization": f"Bearer {API_KEYS[0]}"},
+        json.dumps({"inputs": tensors}).encode(),
+    )
+    assert status == 400 and escaped in json.loads(message)["error"] and voice not in message, message
+    speech = {"model": "tts-1", "voice": voice, "input": TEXT, "response_format": "wav"}
+    status, message = request(
+        f"http://localhost:{gateway_port}/v1/audio/speech",
+        {"Authorization": f"Bearer {API_KEYS[0]}", "Content-Type": "application/json"},
+        json.dumps(speech).encode(),
+    )
+    error = json.loads(message)["error"]["message"]
+    assert status in (400, 404) and escaped in error and voice not in error, error

@@ -29,7 +29,7 @@ from triton_tts.watchdog import LINGER_S, stub_instances
 
 pytestmark = pytest.mark.server  # its own serve process (a module fixture)
 
-SHM = Path("/dev/shm")  # where the Python backend's regions are
+SHM = Path("/dev/shm")  # the machine's: serve gives tritonserver a /dev/shm of its own
 GONE_WITHIN_S = 10.0  # "within seconds": a deadline for a hang, not a speed claim
 HEAL_WITHIN_S = 120.0
 WARMUP = re.compile(r"model 'vocoder' instance (vocoder_0_\d) is running warmup sample")
@@ -81,9 +81,12 @@ def run_dir(triton_pid: int) -> Path:
     return Path(admission).parent
 
 
-def regions(prefix: str) -> list[int]:
-    """The sizes of the run's shared-memory regions, sorted."""
-    return sorted(region.stat().st_size for region in SHM.glob(f"{prefix}*"))
+def regions(prefix: str, triton_pid: int) -> list[int]:
+    """The sizes of the run's shared-memory regions, sorted: in tritonserver's own /dev/shm
+    (its mount namespace's, seen through /proc; none once it is gone) and the machine's."""
+    own = Path(f"/proc/{triton_pid}/root") / SHM.relative_to("/")
+    found = [*own.glob(f"{prefix}*"), *SHM.glob(f"{prefix}*")]
+    return sorted(region.stat().st_size for region in found)
 
 
 @pytest.fixture(scope="module")
@@ -157,9 +160,11 @@ def test_kill_and_heal_cycles_leave_shared_memory_as_it_was(serve: Serve) -> Non
     # one region per live stub, the kill during the measurement's included (its old
     # stubs are stopped LINGER_S after its reload)
     wait_until(
-        lambda: len(regions(prefix)) == len(stub_instances(triton)), LINGER_S + 60, "one region per live stub"
+        lambda: len(regions(prefix, triton)) == len(stub_instances(triton)),
+        LINGER_S + 60,
+        "one region per live stub",
     )
-    before = regions(prefix)
+    before = regions(prefix, triton)
     stop = threading.Event()
     failed: list[str] = []
 
@@ -186,7 +191,7 @@ def test_kill_and_heal_cycles_leave_shared_memory_as_it_was(serve: Serve) -> Non
             worker.join()
     assert all("not healthy" in message for message in failed), failed
     # old stubs Triton keeps are stopped LINGER_S after their reload
-    wait_until(lambda: regions(prefix) == before, LINGER_S + 60, f"regions as before: {before}")
+    wait_until(lambda: regions(prefix, triton) == before, LINGER_S + 60, f"regions as before: {before}")
     assert len(stub_instances(triton)) == len(before)
 
 
@@ -195,11 +200,15 @@ def test_kill_9_of_serve_ends_tritonserver_and_what_it_holds(serve: Serve) -> No
     triton = tritonserver_of(serve)
     prefix, folder = shm_prefix(triton), run_dir(triton)
     stubs = list(stub_instances(triton).values())
-    assert stubs and regions(prefix) and folder.is_dir()
+    assert stubs and regions(prefix, triton) and folder.is_dir()
     serve.process.kill()
     serve.process.wait()
 
     def gone() -> bool:
-        return not any(alive(pid) for pid in [triton, *stubs]) and not regions(prefix) and not folder.exists()
+        return (
+            not any(alive(pid) for pid in [triton, *stubs])
+            and not regions(prefix, triton)
+            and not folder.exists()
+        )
 
     wait_until(gone, GONE_WITHIN_S, "tritonserver, its stubs, regions and run folder to be gone")

@@ -20,6 +20,7 @@ are packed to fit). Only importable inside Triton's Python backend.
 
 from __future__ import annotations
 
+import unicodedata
 import uuid
 from typing import Any
 
@@ -36,6 +37,19 @@ _CODES = (
 
 def _code_name(code: int) -> str:
     return next((name for name in _CODES if getattr(pb_utils.TritonError, name, None) == code), str(code))
+
+
+def printable(text: str) -> str:
+    """``text`` with every control, format, private-use, surrogate and unassigned character
+    written as its escape (a NUL as ``\\x00``, U+202E as ``\\u202e``): messages echo callers'
+    values (a VOICE, a request id), and one must neither cut a client's string at a NUL nor
+    turn a log line or a terminal around."""
+    return "".join(
+        ch.encode("unicode_escape", "backslashreplace").decode("ascii")
+        if unicodedata.category(ch)[0] == "C"
+        else ch
+        for ch in text
+    )
 
 
 def request_id(request: Any) -> str:
@@ -63,6 +77,8 @@ class RequestErrors:
         INTERNAL if None); logs it (warning for the client's side, error for the server's)."""
         if code is None:
             code = pb_utils.TritonError.INTERNAL
+        # Every model's error leaves through here: the one place callers' values are escaped.
+        request_id, message = printable(request_id), printable(message)
         name = _code_name(code)
         if name in _CLIENT_SIDE:
             pb_utils.Logger.log_warn(f"{self.model}: request {request_id} refused ({name}): {message}")

@@ -32,6 +32,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from triton_tts import paths
+from triton_tts.reaper import SHM_DIR
 
 if TYPE_CHECKING:
     from triton_tts.model_configs import BuildOptions
@@ -80,7 +81,14 @@ class TritonPythonModel:
     def execute(self, requests):
         raise RuntimeError("the start-up gate takes no requests")
 """
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 1, 4  # <linux/prctl.h>
+# <sched.h>, <sys/mount.h>: a mount namespace (in a user namespace of its own when this
+# user may not make one alone) with a private tmpfs on /dev/shm (see _private_shm).
+CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
+MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 2, 4, 0x4000, 1 << 18
+# Where serve's ports listen unless told (--host): this machine only. A pod or container
+# listens on 0.0.0.0 (the chart and the image say so), bounded by its NetworkPolicy.
+LOCAL_HOST = "127.0.0.1"
 
 # Triton's API groups (--http-restricted-api, --grpc-restricted-protocol), split between
 # the two keys (docs/api.md, "Keys"). Callers' APIs take the API key: inference, and what
@@ -237,6 +245,12 @@ class TritonServer:
     reaper: subprocess.Popen[bytes] | None = None
     # The watchdog healing this server (set by supervised()): the measurement waits for it.
     watchdog: Watchdog | None = None
+    # The address Triton's HTTP, gRPC and metrics endpoints listen on (serve --host).
+    host: str = LOCAL_HOST
+    # Give tritonserver (and so its stubs) a /dev/shm of its own (_private_shm): the Python
+    # backend's regions, which hold callers' text and the internal token, are created
+    # world-readable (0644, boost's default, set with fchmod: no umask narrows it).
+    private_shm: bool = True
 
     @property
     def gated(self) -> bool:
@@ -277,12 +291,18 @@ class TritonServer:
         return key_headers(self.api_key, self.admin_key, protocol)
 
     @property
+    def local_host(self) -> str:
+        """Where this machine reaches the ports: the host itself, unless it names every
+        interface."""
+        return "localhost" if self.host in ("0.0.0.0", "::", "") else self.host  # noqa: S104 - compared, not bound
+
+    @property
     def http_url(self) -> str:
-        return f"localhost:{self.http_port}"
+        return f"{self.local_host}:{self.http_port}"
 
     @property
     def grpc_url(self) -> str:
-        return f"localhost:{self.grpc_port}"
+        return f"{self.local_host}:{self.grpc_port}"
 
     def command(self) -> list[str]:
         repository = str(self.model_repository)  # s3://, gs://, as:// go to Triton as they are
@@ -295,6 +315,9 @@ class TritonServer:
             f"--http-port={self.http_port}",
             f"--grpc-port={self.grpc_port}",
             f"--metrics-port={self.metrics_port}",
+            f"--http-address={self.host}",
+            f"--grpc-address={self.host}",
+            f"--metrics-address={self.host}",
             f"--log-verbose={self.log_verbose}",
             "--strict-readiness=true",
         ]
@@ -368,10 +391,28 @@ class TritonServer:
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT if out else None,
-            preexec_fn=_dies_with_parent(os.getpid(), main_thread),  # noqa: PLW1509 - setpgid and prctl only
+            preexec_fn=_dies_with_parent(os.getpid(), main_thread, self.private_shm),  # noqa: PLW1509 - no locks taken
         )
         self.reaper = self._start_reaper()
+        if self.private_shm and self.shm_dir == SHM_DIR:
+            log.warning(
+                "tritonserver shares this machine's /dev/shm (no mount namespace could be made: "
+                "fine in a pod, whose /dev/shm is its own); elsewhere other local users can read "
+                "its Python-backend regions (docs/deployment.md, 'Private to the serving user')"
+            )
         return self
+
+    @property
+    def shm_dir(self) -> Path:
+        """Where this run's Python-backend regions are: tritonserver's own /dev/shm, seen
+        through /proc (its mount namespace's), or the machine's where it has none."""
+        if self.process is None or self.process.poll() is not None:
+            return SHM_DIR
+        own = Path(f"/proc/{self.process.pid}/root") / SHM_DIR.relative_to("/")
+        try:
+            return own if own.stat().st_dev != SHM_DIR.stat().st_dev else SHM_DIR
+        except OSError:
+            return SHM_DIR
 
     def _write_gate(self) -> None:
         assert self.gate_repository is not None and self.gate_release_file is not None
@@ -559,7 +600,7 @@ class TritonServer:
             return True
         import urllib.request
 
-        url = f"http://localhost:{self.metrics_port}/metrics"
+        url = f"http://{self.local_host}:{self.metrics_port}/metrics"
         try:
             with urllib.request.urlopen(url, timeout=5) as response:
                 return bool(response.status == 200)
@@ -716,7 +757,7 @@ def drain(server: TritonServer, timeout_s: float, poll_s: float = 0.2) -> int | 
     multi-chunk request in flight would lose its later chunks. Returns what is left in
     flight (0: drained; None: the count could not be read)."""
     server.release_streams()  # paced streams send the rest now
-    url = f"http://localhost:{server.metrics_port}/metrics"
+    url = f"http://{server.local_host}:{server.metrics_port}/metrics"
     deadline = time.monotonic() + timeout_s
     while True:
         left = requests_in_flight(url)
@@ -736,10 +777,10 @@ def supervised(server: TritonServer, health_port: int | None) -> Iterator[Watchd
     if server.process is None or not server.admin_key:
         raise RuntimeError("supervised() needs a started server with an admin_key")
     process = server.process
-    watchdog = Watchdog(process.pid, server.http_url, server.headers()).start()
+    watchdog = Watchdog(process.pid, server.http_url, server.headers(), shm_dir=server.shm_dir).start()
     server.watchdog = watchdog
     health = (
-        HealthServer(health_port, watchdog, lambda: process.poll() is None).start()
+        HealthServer(health_port, watchdog, lambda: process.poll() is None, server.host).start()
         if health_port is not None
         else None
     )
@@ -752,19 +793,73 @@ def supervised(server: TritonServer, health_port: int | None) -> Iterator[Watchd
         server.watchdog = None
 
 
-def _dies_with_parent(parent: int, with_parent: bool) -> Callable[[], None]:
+def _dies_with_parent(parent: int, with_parent: bool, private_shm: bool = True) -> Callable[[], None]:
     """tritonserver's set-up between fork and exec: a process group of its own (the reaper
     ends it with every stub; a Ctrl-C at the terminal reaches the supervisor only, which
     drains first), and, forked from the main thread, SIGKILL when its parent dies (Linux
     sends it when the forking *thread* ends, so not from any other thread: then the
-    reaper alone ends it)."""
-    prctl = ctypes.CDLL(None, use_errno=True).prctl if with_parent else None  # looked up before the fork
+    reaper alone ends it). Then what it and its stubs create is private to this user:
+    umask 077 (Triton's log, the admission ledger's files), and a /dev/shm of its own
+    (private_shm)."""
+    libc = ctypes.CDLL(None, use_errno=True)  # looked up before the fork
+    shm_size = _shm_size() if private_shm else 0
 
     def setup() -> None:
         os.setpgid(0, 0)
-        if prctl is not None:
-            prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if with_parent:
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             if os.getppid() != parent:  # the parent died before prctl
                 os._exit(1)
+        os.umask(0o077)
+        if private_shm:
+            _private_shm(libc, shm_size)
 
     return setup
+
+
+def _shm_size() -> int:
+    """The size of the machine's /dev/shm, which a private one keeps (Docker's 64 MiB, the
+    chart's emptyDir: the limit the operator chose)."""
+    try:
+        found = os.statvfs(SHM_DIR)
+    except OSError:
+        return 0
+    return found.f_blocks * found.f_frsize
+
+
+def _private_shm(libc: Any, size: int) -> bool:
+    """In the forked child: a mount namespace whose /dev/shm is a fresh tmpfs, mode 0700.
+    The Python backend names its regions in /dev/shm (shm_open takes no folder) and makes
+    them 0644 whatever the umask; in a tmpfs only this process tree sees, no other user
+    (nor another server) can open them, and they vanish with the last process of the run.
+    Root makes the namespace alone; any other user inside a user namespace of its own that
+    maps its ids to themselves (no privilege gained: capabilities end at exec). Where
+    neither is allowed (a container's seccomp profile, say), nothing changes, and
+    TritonServer.start warns: a pod's /dev/shm is already the pod's own."""
+    uid, gid = os.getuid(), os.getgid()
+    if libc.unshare(CLONE_NEWNS) != 0:
+        if libc.unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0:
+            return False
+        # A process whose ids were just changed (a start as another user) is not dumpable,
+        # and its /proc/self files stay root's until exec; exec makes it dumpable anyway.
+        libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+        try:
+            # bytes and os calls only: nothing here may import (a codec, say) after the fork
+            maps = (
+                (b"setgroups", b"deny"),
+                (b"uid_map", b"%d %d 1" % (uid, uid)),
+                (b"gid_map", b"%d %d 1" % (gid, gid)),
+            )
+            for name, line in maps:
+                fd = os.open(b"/proc/self/" + name, os.O_WRONLY)
+                try:
+                    os.write(fd, line)
+                finally:
+                    os.close(fd)
+        except OSError:
+            return False
+    # Private first: a shared / would carry the new /dev/shm back to the machine's.
+    if libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        return False
+    options = b"mode=0700" + (b",size=%d" % size if size else b"")
+    return bool(libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV, options) == 0)

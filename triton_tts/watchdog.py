@@ -309,7 +309,7 @@ class HealthServer:
     watchdog running. For probes and load balancers (Triton's own ``/v2/health/ready``
     stays 200 with a dead instance)."""
 
-    def __init__(self, port: int, watchdog: Watchdog, server_alive: Callable[[], bool]) -> None:
+    def __init__(self, port: int, watchdog: Watchdog, server_alive: Callable[[], bool], host: str) -> None:
         health = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -334,7 +334,7 @@ class HealthServer:
 
         self.watchdog = watchdog
         self.server_alive = server_alive
-        self.httpd = ThreadingHTTPServer(("0.0.0.0", port), Handler)  # noqa: S104 - in a container; the chart's NetworkPolicy bounds it
+        self.httpd = ThreadingHTTPServer((host, port), Handler)  # serve --host: 0.0.0.0 in a pod
         self.port = int(self.httpd.server_address[1])
         self._thread = threading.Thread(
             target=self.httpd.serve_forever, name="triton-tts-health", daemon=True

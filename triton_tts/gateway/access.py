@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import re
 from typing import Any
 
+import h11
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from triton_tts.gateway.errors import ApiError
 from triton_tts.gateway.settings import GatewaySettings
@@ -48,6 +51,30 @@ class BodyLimit:
             return message
 
         await self.app(scope, counted, send)
+
+
+class MalformedAsJson(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol, answering a request it cannot parse (a Content-Length
+    of -5 or "x", a header line without a colon) with OpenAI's error JSON like every other
+    refusal: uvicorn answers those itself, before any middleware, in plain text."""
+
+    def send_400_response(self, msg: str) -> None:
+        error = ApiError(
+            400,
+            f"a malformed HTTP request ({msg.rstrip('.')}): check its request line and headers, "
+            "Content-Length among them",
+            "malformed_request",
+        )
+        payload = json.dumps(error.body()).encode()
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(payload)).encode()),
+            (b"connection", b"close"),
+        ]
+        response = h11.Response(status_code=400, headers=headers, reason=b"Bad Request")
+        for event in (response, h11.Data(data=payload), h11.EndOfMessage()):
+            self.transport.write(self.conn.send(event) or b"")
+        self.transport.close()
 
 
 def key_of(headers: Any, query: Any) -> str | None:
