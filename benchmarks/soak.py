@@ -274,9 +274,10 @@ class Killer:
         return self
 
 
-def shm_regions() -> dict[str, float]:
-    """The Python backend's shared-memory regions in /dev/shm: how many, and MiB allocated."""
-    found = [p for p in Path("/dev/shm").iterdir() if p.is_file()]  # noqa: S108 - where the regions live
+def shm_regions(folder: Path) -> dict[str, float]:
+    """The shared-memory regions in ``folder`` (the server's /dev/shm): how many, and MiB
+    allocated."""
+    found = [p for p in folder.iterdir() if p.is_file()]
     sizes = []
     for region in found:
         try:
@@ -635,6 +636,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     traffic = Traffic()
     with ExitStack() as stack:
         pid = None
+        shm = Path("/dev/shm")  # noqa: S108 - a running server's: the machine's
         if args.url_http:
             http_url, grpc_url = args.url_http, args.url_grpc
         else:
@@ -642,6 +644,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             server = started(own_server(args.voice, stack, log_file), stack, bool(args.kill_every))
             assert server.process is not None
             http_url, grpc_url, pid = server.http_url, server.grpc_url, server.process.pid
+            shm = server.shm_dir  # its own /dev/shm where it has one
         warm = Clients(http_url, grpc_url)
         for n, kind in enumerate(KINDS):  # each kind once, and the server is what we think
             send(kind, warm, n)
@@ -651,7 +654,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         start = sampler.sample()  # idle, before the traffic
         sampler.start()
         end = origin + load_s
-        shm_before = shm_regions()
+        shm_before = shm_regions(shm)
         killer = Killer(pid, args.kill_every, traffic, end).start() if args.kill_every and pid else None
         clients = [
             threading.Thread(
@@ -671,7 +674,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         time.sleep(args.settle_s)
         sampler.stop()
         sampler.sample()
-        shm_after = shm_regions()
+        shm_after = shm_regions(shm)
     samples = sampler.samples
     summary = summarise(samples, load_s, traffic_s, start)
     requests = {
