@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy.typing as npt
 import triton_python_backend_utils as pb_utils
 
 from triton_tts.validation import (
@@ -43,24 +44,55 @@ class RequestOptions:
     text_format: str = "auto"  # TEXT_FORMAT: text, ssml, or auto (SSML if it starts with <speak)
 
 
-def read_text(request: Any, limit: int, keep: str = "") -> str:
-    """TEXT, decoded and checked (triton_tts.validation.decode_text), up to ``limit``
-    characters; ``keep``: private-use characters kept (preprocess: pronunciation marks)."""
-    raw = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy().reshape(-1)
-    if raw.size != 1:
-        raise InvalidRequest(f"TEXT must hold one string per request, got {raw.size}")
-    return decode_text(raw[0], limit=limit, keep=keep)
+def missing_input(name: str) -> InvalidRequest:
+    """The refusal of a request without the required input ``name``."""
+    return InvalidRequest(f"{name} is required: the request has no input {name}")
 
 
-def one_value(request: Any, name: str) -> Any | None:
-    """An optional input's one value (None when left out), or InvalidRequest."""
+def single(name: str, array: npt.NDArray[Any]) -> Any:
+    """The one value of input ``name`` (any shape that holds exactly one), or InvalidRequest."""
+    values = array.reshape(-1)
+    if values.size != 1:
+        raise InvalidRequest(
+            f"{name} must hold one value per request, got {values.size} (shape {list(array.shape)}); "
+            "send each item as its own request"
+        )
+    return values[0]
+
+
+def input_array(request: Any, name: str) -> npt.NDArray[Any] | None:
+    """An optional input's array, None when left out."""
     tensor = pb_utils.get_input_tensor_by_name(request, name)
     if tensor is None:
         return None
-    values = tensor.as_numpy().reshape(-1)
-    if values.size != 1:
-        raise InvalidRequest(f"{name} must hold one value, got {values.size}")
-    return values[0]
+    array: npt.NDArray[Any] = tensor.as_numpy()
+    return array
+
+
+def required_input(request: Any, name: str) -> npt.NDArray[Any]:
+    """A required input's array, or InvalidRequest naming it. Triton checks the type and
+    shape of every input a request names, but of the required ones only how many there
+    are: a request that leaves TEXT out and sends another input in its place reaches the
+    model without it."""
+    array = input_array(request, name)
+    if array is None:
+        raise missing_input(name)
+    return array
+
+
+def read_text(request: Any, limit: int, keep: str = "") -> str:
+    """TEXT, decoded and checked (triton_tts.validation.decode_text), up to ``limit``
+    characters; ``keep``: private-use characters kept (preprocess: pronunciation marks)."""
+    raw = one_value(request, "TEXT", required=True)
+    if not isinstance(raw, bytes | str):  # Triton checks a client's types, not a model's own (BLS)
+        raise InvalidRequest(f"TEXT must be a string (BYTES), got {type(raw).__name__}")
+    return decode_text(raw, limit=limit, keep=keep)
+
+
+def one_value(request: Any, name: str, required: bool = False) -> Any | None:
+    """An input's one value (None when an optional one is left out), or InvalidRequest."""
+    array = required_input(request, name) if required else input_array(request, name)
+    return None if array is None else single(name, array)
 
 
 def _number(request: Any, name: str) -> float | None:

@@ -35,7 +35,8 @@ from triton_tts.admission import Ledger, Work
 from triton_tts.bls import ChunkFailed, LongTextSettings, RequestCancelled, read_caller, wait_deadline_us
 from triton_tts.client.voices import XTTS_KIND, VoiceInfo
 from triton_tts.metrics import TTSMetrics
-from triton_tts.validation import InvalidRequest
+from triton_tts.request_options import input_array, one_value
+from triton_tts.validation import InvalidRequest, one_item
 from triton_tts.xtts import defaults
 from triton_tts.xtts.requests import CANCEL_PARAMETER, JOB_PARAMETER
 from triton_tts.xtts.runner import FloatArray
@@ -70,9 +71,8 @@ def predicted_audio_s(text: str, speed: float | None) -> float:
 def read_demand(request: Any) -> Demand:
     """The request's text, caller and deadline, for admission (a TEXT that is not one
     string: refused, as :func:`xtts_inputs` refuses it)."""
-    text = _text(request)
+    raw = _text(request)
     speed = _flag(request, "SPEED")
-    raw = text[0]
     said = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
     return Demand(
         len(said),
@@ -101,18 +101,15 @@ def admit(
 
 
 def _text(request: Any) -> Any:
-    tensor = pb_utils.get_input_tensor_by_name(request, "TEXT")
-    text = tensor.as_numpy().reshape(-1) if tensor is not None else np.array([], dtype=np.object_)
-    if text.size != 1:
-        raise InvalidRequest(f"TEXT must hold one string per request, got {text.size}")
-    return text
+    """TEXT's one element as sent (its reading and checks are the XTTS model's)."""
+    return one_value(request, "TEXT", required=True)
 
 
 def _voice_name(request: Any) -> tuple[str, str] | None:
     """VOICE as (voice, speaker): "narrator" or "narrator:Ana" (a named speaker of an XTTS
     voice by name, one added while serving too); None for more than one value."""
-    tensor = pb_utils.get_input_tensor_by_name(request, "VOICE")
-    values = tensor.as_numpy().reshape(-1) if tensor is not None else np.array([b""], dtype=np.object_)
+    given = input_array(request, "VOICE")
+    values = given.reshape(-1) if given is not None else np.array([b""], dtype=np.object_)
     if values.size != 1:
         return None
     raw = values[0]
@@ -136,8 +133,7 @@ def xtts_voice(request: Any, settings: LongTextSettings) -> VoiceInfo | None:
 
 
 def _flag(request: Any, name: str) -> Any:
-    tensor = pb_utils.get_input_tensor_by_name(request, name)
-    return None if tensor is None else tensor.as_numpy().reshape(-1)[0]
+    return one_value(request, name)
 
 
 def xtts_inputs(request: Any, voice: VoiceInfo) -> list[Any]:
@@ -150,11 +146,11 @@ def xtts_inputs(request: Any, voice: VoiceInfo) -> list[Any]:
     text_format = _flag(request, "TEXT_FORMAT")
     if isinstance(text_format, bytes) and text_format.decode("utf-8", "replace").strip().lower() == "ssml":
         raise InvalidRequest(f"TEXT_FORMAT ssml: voice {voice.name!r} (XTTS) reads plain text")
-    inputs = [pb_utils.Tensor("TEXT", _text(request).astype(np.object_))]
+    inputs = [pb_utils.Tensor("TEXT", np.array([_text(request)], dtype=np.object_))]
     for name in PASSED_ON:
-        tensor = pb_utils.get_input_tensor_by_name(request, name)
-        if tensor is not None:
-            inputs.append(pb_utils.Tensor(name, tensor.as_numpy().reshape(-1)))
+        given = input_array(request, name)
+        if given is not None:  # tts's batch dimension taken off: one item, as the model checks
+            inputs.append(pb_utils.Tensor(name, one_item(name, given).reshape(-1)))
     speaker_id = _flag(request, "SPEAKER_ID")
     named = _voice_name(request)
     by_name = named[1] if named else ""

@@ -91,9 +91,7 @@ def read_store(request: Any) -> SpeakerToStore | None:
 
 
 def read_controls(request: Any, card: XttsCard) -> Controls:
-    if pb_utils.get_input_tensor_by_name(request, "TEXT") is None:
-        raise InvalidRequest("TEXT is required (STRING [1]): what to say")
-    text = read_text(request, MAX_TEXT_CHARS)
+    text = read_text(request, MAX_TEXT_CHARS)  # required: refused by name when left out
     language = _one(request, "LANGUAGE")
     values = {
         key: _one(request, key.upper())

@@ -190,7 +190,7 @@ class AsyncTTSClient(ClientCore):
             # iteration instead of yielding an error: the block maps that too.
             with self._errors():
                 async for result, error in responses:
-                    if error is not None:
+                    if error is not None:  # the call ends after it (at once after Triton's own refusal)
                         ended = await _stream_ends(responses)
                         raise _stream_error(error, self.url)
                     chunk = _chunk(result)

@@ -8,6 +8,7 @@ AsyncTTSClient only make the calls, blocking or awaited, and sleep their own way
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
@@ -18,7 +19,7 @@ import numpy.typing as npt
 
 from triton_tts.client.auth import Protocol, auth_headers, env_api_key
 from triton_tts.client.datatypes import AudioChunk, SynthesisOptions, SynthesisResult, WordTime
-from triton_tts.client.errors import _server_errors
+from triton_tts.client.errors import TTSError, _server_errors
 from triton_tts.client.retry import DEFAULT_RETRY, Retries, RetryPolicy
 from triton_tts.client.voices import XTTS_KIND, VoiceInfo
 
@@ -122,8 +123,9 @@ class ClientCore:
     retries; a subclass sets ``_lib`` and ``_client`` (tritonclient's, blocking or aio)."""
 
     _lib: Any  # tritonclient.http or .grpc, or their aio variants: the tensors' classes
-    # What the transport raises when no server was reached (beyond tritonclient's errors).
-    network: tuple[type[Exception], ...] = (ConnectionError,)
+    # What the transport raises when no server was reached (beyond tritonclient's errors):
+    # a refused or reset connection, a host name that does not resolve.
+    network: tuple[type[Exception], ...] = (ConnectionError, socket.gaierror)
 
     def __init__(
         self,
@@ -160,7 +162,10 @@ class ClientCore:
 
     def _voices_of(self, answer: Any) -> list[VoiceInfo]:
         """The voices in ``get_model_config``'s answer (gRPC's wraps the config in "config")."""
-        return _voices(answer if self.protocol == "http" else answer["config"])
+        config = answer if self.protocol == "http" else answer["config"]
+        if "voices" not in _string_parameters(config):
+            raise TTSError(f"model {self.model!r} at {self.url} names no voices: it is not a tts model")
+        return _voices(config)
 
     def _outputs(self, names: tuple[str, ...], options: SynthesisOptions) -> list[Any]:
         words = WORD_OUTPUTS if options.timestamps else ()

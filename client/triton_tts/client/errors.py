@@ -9,6 +9,7 @@ that says (Triton's own "Exceeds maximum queue size" can reach a stream as INTER
 
 from __future__ import annotations
 
+import http.client
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -134,6 +135,16 @@ def classify(err: InferenceServerException, url: str) -> TTSError:
     return TTSError(f"{message} (status {status})" if status else message)
 
 
+def ends_its_request(error: InferenceServerException) -> bool:
+    """Whether nothing more comes for a stream's request after this error: the call's own
+    failure (it has a status), or an error without a code tag. tts_stream and xtts tag
+    every error they send and send the final flag after it; an untagged one is Triton's
+    own: its refusal before the model ran (a shape or type the config does not take, a
+    required input left out, a full queue), which no final flag follows, or a failure
+    whose flag came with the error, where tritonclient shows the error alone."""
+    return bool(error.status()) or not STREAM_CODE.match(error.message() or "")
+
+
 def _stream_error(error: InferenceServerException, url: str) -> TTSError:
     """An error response inside a stream -> the client's error types (by its tag, see
     STREAM_CODE); one with a status is the call's own failure, as :func:`classify` has it."""
@@ -172,3 +183,8 @@ def _server_errors(url: str, network: tuple[type[Exception], ...] = (ConnectionE
         raise TTSError(f"{details} (status {code})") from None
     except network as err:
         raise ServerUnavailable(f"cannot reach {url}: {err}") from None
+    except http.client.HTTPException as err:  # geventhttpclient's: what answered is no HTTP server
+        raise ServerUnavailable(
+            f"{url} does not answer in HTTP ({type(err).__name__}: {err}): is it the gRPC port? "
+            "Call it with protocol grpc, or call the server's HTTP port (8000 by default)"
+        ) from None

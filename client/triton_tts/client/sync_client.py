@@ -12,11 +12,12 @@ from typing import Any
 
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 from triton_tts.client.auth import Protocol
 from triton_tts.client.core import STREAM_END_WAIT_S, ClientCore, _chunk, _input, _needs_grpc, _result
 from triton_tts.client.datatypes import AudioChunk, SynthesisOptions, SynthesisResult
-from triton_tts.client.errors import ServerBusy, TimedOut, TTSError, _stream_error
+from triton_tts.client.errors import ServerBusy, TimedOut, TTSError, _stream_error, ends_its_request
 from triton_tts.client.voices import VoiceInfo
 
 
@@ -156,9 +157,18 @@ class TTSClient(ClientCore):
         finished = False
         refusal: TTSError | None = None
         try:
-            self._client.async_stream_infer(
-                **self._stream_request(text, options), enable_empty_final_response=True
-            )
+            try:
+                self._client.async_stream_infer(
+                    **self._stream_request(text, options), enable_empty_final_response=True
+                )
+            except InferenceServerException as err:
+                # The call failed before the request went out (no gRPC server there, say):
+                # tritonclient says only that; the cause came to the callback.
+                try:
+                    cause = answers.get(timeout=STREAM_END_WAIT_S)[1]
+                except queue.Empty:
+                    cause = None
+                raise _stream_error(cause or err, self.url) from None
             while True:
                 wait = self.timeout_s if refusal is None else min(self.timeout_s, STREAM_END_WAIT_S)
                 try:
@@ -168,7 +178,10 @@ class TTSClient(ClientCore):
                         raise refusal from None
                     raise TimedOut(f"no audio from {self.url} within {self.timeout_s:g} s") from None
                 if error is not None:
-                    if error.status():  # the call itself failed: nothing more will come
+                    if ends_its_request(error):  # nothing follows it: no final flag to wait for
+                        # The server ends the call by itself (closed, not cancelled: a cancel can
+                        # leave the refused request's state behind in Triton 2.51).
+                        finished = not error.status()
                         raise _stream_error(error, self.url)
                     # The server refused the request, and the final flag that ends it follows:
                     # read it before closing (see STREAM_END_WAIT_S).

@@ -24,15 +24,11 @@ import triton_python_backend_utils as pb_utils
 
 from triton_tts.errors import RequestErrors, request_id
 from triton_tts.internal import Gate
+from triton_tts.request_options import input_array, required_input
 from triton_tts.stage_bounds import StageBounds
 from triton_tts.stages import AcousticRunner, StageSettings, checked, refusal, send_as_done
 from triton_tts.tacotron import Tacotron2Runner
 from triton_tts.voice import Voice
-
-
-def _input(request: Any, name: str) -> Any:
-    tensor = pb_utils.get_input_tensor_by_name(request, name)
-    return None if tensor is None else tensor.as_numpy()
 
 
 class TritonPythonModel:
@@ -66,10 +62,10 @@ class TritonPythonModel:
     def _item(self, request: Any) -> tuple[Any, Any, int]:
         self.gate.check(request)
         return self.bounds.acoustic_item(
-            _input(request, "PHONEME_IDS"),
-            _input(request, "PHONEME_LENGTH"),
-            _input(request, "SCALES"),
-            _input(request, "SPEAKER_ID"),
+            required_input(request, "PHONEME_IDS"),
+            required_input(request, "PHONEME_LENGTH"),
+            required_input(request, "SCALES"),
+            input_array(request, "SPEAKER_ID"),
         )
 
 

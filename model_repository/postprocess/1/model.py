@@ -18,6 +18,7 @@ import triton_python_backend_utils as pb_utils
 
 from triton_tts.errors import RequestErrors, request_id
 from triton_tts.internal import Gate
+from triton_tts.request_options import input_array, required_input
 from triton_tts.text.words import word_times
 from triton_tts.validation import InvalidRequest, one_item
 from triton_tts.voice import Voice
@@ -44,7 +45,7 @@ class TritonPythonModel:
         self.gate.check(request)
 
         def item(name: str) -> Any:
-            return one_item(name, pb_utils.get_input_tensor_by_name(request, name).as_numpy()).reshape(-1)
+            return one_item(name, required_input(request, name)).reshape(-1)
 
         waveform, frames, rate = item("WAVEFORM"), item("FRAME_COUNT"), item("SAMPLE_RATE")
         count = int(frames[0])
@@ -60,12 +61,12 @@ class TritonPythonModel:
             pb_utils.Tensor("AUDIO", audio[None, :]),
             pb_utils.Tensor("SAMPLE_RATE", np.array([[self.sample_rate]], dtype=np.int32)),
         ]
-        index = pb_utils.get_input_tensor_by_name(request, "WORD_INDEX")
+        index = input_array(request, "WORD_INDEX")
         if index is not None:  # a voice with word timestamps
-            if pb_utils.get_input_tensor_by_name(request, "DURATIONS") is None:
+            if input_array(request, "DURATIONS") is None:
                 raise InvalidRequest("WORD_INDEX needs DURATIONS (the acoustic model's frames per id)")
             durations = item("DURATIONS")
-            owners = one_item("WORD_INDEX", index.as_numpy()).reshape(-1)
+            owners = one_item("WORD_INDEX", index).reshape(-1)
             if owners.size and not -1 <= int(owners.min()) <= int(owners.max()) < owners.size:
                 raise InvalidRequest(
                     f"WORD_INDEX holds {int(owners.max())}: each id's word, -1 to {owners.size - 1}"

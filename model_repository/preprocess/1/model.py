@@ -91,6 +91,9 @@ class TritonPythonModel:
             except InvalidRequest as err:
                 responses[i] = self.errors.invalid(rid, str(err))
                 continue
+            except Exception as err:  # a request that broke its reading fails alone, not its batch
+                responses[i] = self.errors.response(rid, f"could not read the request: {err}")
+                continue
             texts.append(text)
             accepted.append(item)
         owned = [item.groups is not None for item in accepted]

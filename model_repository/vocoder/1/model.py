@@ -17,6 +17,7 @@ import triton_python_backend_utils as pb_utils
 
 from triton_tts.errors import RequestErrors, request_id
 from triton_tts.internal import Gate
+from triton_tts.request_options import input_array, required_input
 from triton_tts.stage_bounds import StageBounds
 from triton_tts.stages import StageSettings, VocoderRunner, checked, refusal, send_as_done
 from triton_tts.voice import Voice
@@ -48,9 +49,7 @@ class TritonPythonModel:
         """[1, channels, frames] -> ([channels, frames], speaker). SPEAKER_ID: speaker-
         conditioned vocoders only (others have no such input)."""
         self.gate.check(request)
-        latent = pb_utils.get_input_tensor_by_name(request, "LATENT").as_numpy()
-        speaker = pb_utils.get_input_tensor_by_name(request, "SPEAKER_ID")
         return (
-            self.bounds.latent(latent, self.runner.channels),
-            self.bounds.speaker(None if speaker is None else speaker.as_numpy()),
+            self.bounds.latent(required_input(request, "LATENT"), self.runner.channels),
+            self.bounds.speaker(input_array(request, "SPEAKER_ID")),
         )
