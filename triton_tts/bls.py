@@ -38,7 +38,7 @@ from triton_tts.chunking import ChunkPlan, halves, join_edges, split_text
 from triton_tts.client.voices import CHUNKS_KIND, VoiceInfo
 from triton_tts.config_parameters import string_parameters
 from triton_tts.errors import RequestErrors
-from triton_tts.limits import TOO_LONG, ChunkLimits, chunk_scale
+from triton_tts.limits import TOO_LONG, ChunkLimits, check_audio, chunk_scale
 from triton_tts.loopback import Loopback, LoopbackFailed, Unreachable
 from triton_tts.pacing import Pacer
 from triton_tts.request_options import read_options, read_text
@@ -287,6 +287,10 @@ def read_request(
         silence = 0.0 if shape is None else shape.lead_s + sum(shape.pauses_s[:count])
         return said + silence
 
+    silence = 0.0 if shape is None else shape.lead_s + sum(shape.pauses_s)
+    audio = audio_s(len(chunks))
+    check_audio(audio - silence, silence, len(text))  # before any chunk runs
+
     return LongTextRequest(
         request_id,
         chunks,
@@ -297,7 +301,7 @@ def read_request(
         says_something,
         caller=read_caller(request),
         deadline_us=wait_deadline_us(request),
-        audio_s=audio_s(len(chunks)),
+        audio_s=audio,
         first_audio_s=audio_s(1),
         written=written if options.timestamps else None,
         chinese=is_chinese(voice.language),

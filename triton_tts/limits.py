@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from triton_tts.batching import FRAME_MULTIPLE  # acoustic graphs pad LATENT's frames to it
-from triton_tts.validation import MAX_NOISE
+from triton_tts.text.ssml import MAX_BREAK_S
+from triton_tts.validation import MAX_NOISE, InvalidRequest
 
 MAX_CHUNK_SECONDS = 48.0  # of audio per chunk; 400 characters of prose run ~25 s at speed 1
 MAX_CHUNK_IDS = 2048  # phoneme ids per chunk (a bucket of batching.PHONEME_BUCKETS)
@@ -83,6 +84,26 @@ RATE_DRAWS = 3  # runs of the rate texts at the voice's own NOISE_W (its duratio
 # without it (a step-wise decoder): English prose runs about 15 characters a second.
 DEFAULT_SECONDS_PER_CHAR = 0.067
 TOO_LONG = "TEXT is too long for one chunk"
+
+# The audio one ``tts`` or ``tts_stream`` request may make, speech and silence, refused
+# (INVALID_ARG, :func:`check_audio`) before any chunk runs. Speech is bounded by the text
+# (validation.MAX_LONG_TEXT_CHARS) over SPEED; silence, which SSML writes in a few
+# characters (a 10 s break in 19), is bounded on its own.
+#
+# 12 hours: the longest text at the slowest SPEED is speech, and passes, in the slowest
+# voice served: 50,000 characters of Mandarin (baker: 0.19 s a character) or of English at
+# NOISE_W 2 (joe: 0.19 s predicted) at SPEED 0.25 are ~10.5 h, and MAX_SILENCE_S on top.
+# Past it is only text whose reading grows (long numbers said in words) at the slowest
+# settings; a request that large is sent in parts (or streamed: tts holds it all at once).
+MAX_AUDIO_S = 12 * 3600.0
+# Silence (SSML breaks, paragraph pauses, silence before the first word) per request:
+# pacing for a long document (a strong pause after each of 500 paragraphs is 325 s), not
+# audio of its own: 200 breaks of 10 s in 3.8 KB made 2,000 s (168 MiB) before this bound.
+MAX_SILENCE_S = 600.0
+# ... and per character of TEXT (markup included), or one longest break whatever the text:
+# "Breathe in.<break time='5s'/>" is 0.17 s a character; only a document of little but
+# breaks, which says nothing, reaches 0.5.
+MAX_SILENCE_S_PER_CHAR = 0.5
 CACHE_FILE = "chunk_limits.json"  # in the voice folder, next to the graph it was measured on
 
 
@@ -156,6 +177,28 @@ class ChunkLimits:
             int(data["max_frames"]),
             tuple((float(w), float(f)) for w, f in data["frames_per_id"]),
             float(data.get("seconds_per_char", 0.0)),
+        )
+
+
+def check_audio(speech_s: float, silence_s: float, characters: int) -> None:
+    """Refuse a request over the audio it may make: ``speech_s`` predicted
+    (:meth:`ChunkLimits.audio_seconds`), ``silence_s`` exact (its SSML), from a TEXT of
+    ``characters``. The message names the bound and what the request would make."""
+    allowed = min(MAX_SILENCE_S, max(MAX_BREAK_S, MAX_SILENCE_S_PER_CHAR * characters))
+    if silence_s > allowed + 1e-6:
+        per_char = (
+            f"; {MAX_SILENCE_S_PER_CHAR:g} s per character of TEXT, {allowed:g} s for its {characters}"
+            if allowed < MAX_SILENCE_S
+            else ""
+        )
+        raise InvalidRequest(
+            f"TEXT asks for {silence_s:,.1f} s of silence (SSML breaks and pauses); the limit is "
+            f"{MAX_SILENCE_S:g} s per request{per_char}"
+        )
+    if speech_s + silence_s > MAX_AUDIO_S:
+        raise InvalidRequest(
+            f"TEXT would make about {(speech_s + silence_s) / 3600:,.1f} h of audio at this SPEED; the "
+            f"limit is {MAX_AUDIO_S / 3600:g} h per request: send it in parts"
         )
 
 

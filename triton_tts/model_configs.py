@@ -521,22 +521,37 @@ def xtts_stage(xtts_model: str, stage: xtts_graphs.Stage, graph: Path) -> dict[s
 
 
 VAD_MODEL = "vad"
+# Frames (32 ms each, 576 samples with their context) one vad request may hold: the client
+# sends 512 a call (16.4 s: triton_tts/client/vad.py BLOCK); four times that leaves other
+# callers room and bounds a request to 4.5 MiB of FP32 in and what onnxruntime makes of it
+# (a [40000, 576] request held the stub at 1.2 GiB before this bound).
+VAD_MAX_FRAMES = 2048
 
 
 def vad(graph: Path) -> dict[str, mc.ModelConfig]:
     """The ``vad`` model in every variant: Silero VAD's sequence graph (a block of 32 ms
     frames with their context in, a speech probability a frame out, its LSTM state carried
-    by the caller: triton_tts/client/vad.py), open to callers (under the server's API key)."""
-    return one_graph(VAD_MODEL, *graph_tensors(graph), "1", internal=False)
+    by the caller: triton_tts/client/vad.py), open to callers (under the server's API key);
+    its free frame axis bounded by :data:`VAD_MAX_FRAMES`."""
+    inputs, outputs = graph_tensors(graph)
+    bounds = {t.name: [VAD_MAX_FRAMES if d < 0 else d for d in t.dims] for t in inputs}
+    return one_graph(VAD_MODEL, inputs, outputs, "1", internal=False, max_dims=bounds)
 
 
 def one_graph(
-    name: str, inputs: list[Tensor], outputs: list[Tensor], threads: str, internal: bool
+    name: str,
+    inputs: list[Tensor],
+    outputs: list[Tensor],
+    threads: str,
+    internal: bool,
+    max_dims: dict[str, list[int]] | None = None,
 ) -> dict[str, mc.ModelConfig]:
     """A model that is one ONNX graph, one item a request (max_batch_size 0), its tensors
     the graph's own (names, types, fixed dims), by variant: ``cpu``, Python + onnxruntime
-    (triton_tts/onnx_model.py; ``internal``: the server's requests only); ``gpu`` and
-    ``tensorrt``, Triton's native onnxruntime backend on the GPU (no engine is built)."""
+    (triton_tts/onnx_model.py; ``internal``: the server's requests only; ``max_dims``: the
+    largest size of each input, dim by dim, the parameter ``max_input_dims`` it refuses
+    past); ``gpu`` and ``tensorrt``, Triton's native onnxruntime backend on the GPU (no
+    engine is built; Triton's config cannot bound a free dim there)."""
     configs = {}
     for variant in ("cpu", *GPU_VARIANTS):
         native = variant != "cpu"
@@ -550,6 +565,8 @@ def one_graph(
             _params(config, cudnn_conv_algo_search="1")  # heuristic: no search per new shape
         else:
             _params(config, intra_op_threads=threads, internal=str(internal).lower())
+            if max_dims:
+                _params(config, max_input_dims=json.dumps(max_dims, sort_keys=True))
         configs[variant] = config
     return configs
 

@@ -21,8 +21,9 @@ Routes:
 
 Bodies and messages are parsed at the edge (triton_tts.gateway.schemas). Errors are
 OpenAI's JSON (triton_tts.gateway.errors): bad input 400, a missing or wrong API key 401,
-a body over the limit 413, a busy Triton 503 with Retry-After, an unreachable Triton
-503, no answer in time 504, the server's own failure 500.
+a body not complete in time 408 (triton_tts.gateway.connections), a body over the limit
+413, a busy Triton 503 with Retry-After, an unreachable Triton 503, no answer in time 504,
+the server's own failure 500.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
@@ -50,6 +51,7 @@ from starlette.websockets import WebSocket
 from triton_tts.client import NO_RETRIES, AsyncTTSClient, AudioChunk, TTSError
 from triton_tts.gateway import audio, captioned, dubbing, speakers
 from triton_tts.gateway.access import ApiKeys, BodyLimit, caller_of, key_of
+from triton_tts.gateway.connections import BodyDeadline, client_gone
 from triton_tts.gateway.errors import ApiError, from_tts_error
 from triton_tts.gateway.metrics import GatewayMetrics, SpeechMetrics, Synthesis
 from triton_tts.gateway.schemas import (
@@ -382,6 +384,7 @@ def create_app(settings: GatewaySettings) -> Starlette:
             ),
         ),
         Middleware(ApiKeys, settings=settings),
+        Middleware(BodyDeadline, timeout_s=settings.body_timeout_s, min_rate=settings.body_min_rate),
     ]
     if settings.cors_origins:
         cors = Middleware(
@@ -412,6 +415,7 @@ def create_app(settings: GatewaySettings) -> Starlette:
     handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
         ApiError: _api_error,
         HTTPException: _http_error,
+        ClientDisconnect: client_gone,
     }
     return Starlette(
         routes=routes, middleware=middleware, exception_handlers=handlers, lifespan=gateway.lifespan

@@ -23,6 +23,13 @@ class GatewaySettings:
     max_dub_upload_bytes: int = 256 * 1024 * 1024
     max_dub_cues: int = 5000
     max_dub_seconds: float = 4 * 3600.0
+    # How long a caller may take to send a request (triton_tts.gateway.connections): its
+    # headers (at most 16 KiB, h11's bound) from the connection or its previous response,
+    # then dropped; its body from the headers, plus a second for each body_min_rate bytes
+    # that came (the largest dub upload, 256 MiB, at 16 KiB/s), then 408.
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    body_min_rate: float = 16 * 1024.0  # bytes a second
     cors_origins: tuple[str, ...] = ()  # empty: no CORS headers (browsers allow same origin only)
     heartbeat_s: float = 15.0  # WebSocket: a ping message after this long with nothing sent
     # WebSockets open at once: in all, and per API key (when keys are set). Each holds at

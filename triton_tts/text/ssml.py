@@ -31,7 +31,9 @@ silence its breaks ask for. The elements:
 
 Anything else (``audio``, ``voice``, unknown elements or attributes' values)
 is refused: :class:`triton_tts.validation.InvalidRequest`, naming the element and its line
-and column.
+and column; so is an element nested deeper than :data:`MAX_DEPTH`, while it is parsed.
+The silence a document asks for in all is bounded where its audio is
+(:func:`triton_tts.limits.check_audio`).
 """
 
 from __future__ import annotations
@@ -54,6 +56,10 @@ SSML_NAMESPACE = "http://www.w3.org/2001/10/synthesis"
 # TEXT_FORMAT auto: a text that starts so (after white space) is SSML
 SSML_STARTS = ("<speak", "<?xml", "<!DOCTYPE speak")
 MAX_BREAK_S = 10.0
+# Elements inside one another, <speak> counted: a real document nests speak > p > s >
+# prosody > emphasis > say-as, six. Refused as the parser reaches it, so the reader's
+# recursion (two frames a level) stays far from Python's limit whatever the text.
+MAX_DEPTH = 32
 BREAK_STRENGTHS = {"none": 0.0, "x-weak": 0.1, "weak": 0.25, "medium": 0.4, "strong": 0.65, "x-strong": 1.0}
 PARAGRAPH_BREAK_S = BREAK_STRENGTHS["strong"]
 RATES = {"x-slow": 0.5, "slow": 0.75, "medium": 1.0, "fast": 1.25, "x-fast": 1.75, "default": 1.0}
@@ -140,20 +146,37 @@ class Document:
         return " ".join("".join(s.written) for s in self.segments)
 
 
+class TooDeep(InvalidRequest):
+    """An element nested past :data:`MAX_DEPTH` (raised by the parser's target)."""
+
+
 class _Positions(ET.TreeBuilder):
-    """A tree builder that notes each element's line and column."""
+    """A tree builder that notes each element's line and column, and refuses an element
+    nested past :data:`MAX_DEPTH` before the tree holds it."""
 
     def __init__(self) -> None:
         super().__init__()
         self.parser: DefusedXMLParser | None = None
         self.at: dict[int, tuple[int, int]] = {}
+        self.depth = 0
 
     def start(self, tag: str, attrs: dict[str, str]) -> ET.Element:
-        element = super().start(tag, attrs)
         expat = getattr(self.parser, "parser", None)
-        if expat is not None:
-            self.at[id(element)] = (expat.CurrentLineNumber, expat.CurrentColumnNumber + 1)
+        where = (expat.CurrentLineNumber, expat.CurrentColumnNumber + 1) if expat is not None else (0, 0)
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            name = tag.rpartition("}")[2]
+            raise TooDeep(
+                f"SSML <{name}> at line {where[0]}, column {where[1]}: nested {self.depth} elements "
+                f"deep, the limit is {MAX_DEPTH}"
+            )
+        element = super().start(tag, attrs)
+        self.at[id(element)] = where
         return element
+
+    def end(self, tag: str) -> ET.Element:
+        self.depth -= 1
+        return super().end(tag)
 
 
 def parse(text: str) -> tuple[ET.Element, dict[int, tuple[int, int]]]:
@@ -165,6 +188,8 @@ def parse(text: str) -> tuple[ET.Element, dict[int, tuple[int, int]]]:
     try:
         parser.feed(text)
         root = parser.close()
+    except TooDeep:
+        raise
     except ParseError as err:
         line, column = err.position
         reason = str(err).split(":")[0]
@@ -273,7 +298,10 @@ class Reader:
     def _end_sentence(self) -> None:
         if not self.segments or not self.segments[-1].said:
             return
-        if not SENTENCE_END.search(self.segments[-1].text):
+        # The segment's text ends with its last part (Segment.text joins them): asked of
+        # that part alone, a document of thousands of <s> is read in linear time.
+        last = next((p.strip() for p in reversed(self.segments[-1].said) if p.strip()), "")
+        if not SENTENCE_END.search(last):
             self.segments[-1].said.append(".")
         self.segments[-1].written.append(" ")  # <s>One</s><s>Two</s>: two words
 
