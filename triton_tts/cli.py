@@ -28,12 +28,15 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tritonclient.utils import InferenceServerException
+
 from triton_tts import paths
 from triton_tts.client.cli import add_client_commands
 from triton_tts.client.tts_client import TTSError, env_api_key
 from triton_tts.gateway import command as gateway_command
 from triton_tts.model_configs import THREADS, BuildOptions, build_option_fields
-from triton_tts.server import DRAIN_TIMEOUT_S, TritonCrashed, TritonServer, drain, supervised
+from triton_tts.server import DRAIN_TIMEOUT_S, LOCAL_HOST, TritonCrashed, TritonServer, drain, supervised
+from triton_tts.validation import InvalidRequest
 
 if TYPE_CHECKING:
     from triton_tts.text.pronounce import Lexicon
@@ -182,24 +185,45 @@ def _frontend_voice(args: argparse.Namespace) -> Voice | None:
     return Voice.load(folder)
 
 
+def _check_lexicons(lexicons: list[Lexicon], reader: Any) -> None:
+    """Each entry the voice cannot say refused with its file and word before any reading, as
+    serve refuses it (``reader``: the voice's TextReader, which decides what it can say)."""
+    from triton_tts.text.pronounce import mark
+
+    for lexicon in lexicons:
+        for word, said in lexicon.entries.items():
+            try:
+                reader.check(mark(said))
+            except InvalidRequest as err:
+                raise UserError(f"{lexicon.source}: {word!r}: {err}") from None
+
+
 def cmd_frontend(args: argparse.Namespace) -> int:
     from triton_tts.text.chinese import baker_symbols, pinyin
-    from triton_tts.text.frontend import frontend_for
+    from triton_tts.text.frontend import frontend_for, is_chinese
+    from triton_tts.text.phonemize import espeak
     from triton_tts.text.pronounce import parts
     from triton_tts.text.reader import TextReader
     from triton_tts.voice import PINYIN_BAKER
 
     voice = _frontend_voice(args)
+    if voice is None and not is_chinese(args.language):
+        try:  # loaded now: a language espeak-ng lacks is refused before any reading
+            espeak(args.language)
+        except RuntimeError as err:
+            raise UserError(f"--language {args.language}: {err}") from None
     frontend = (
         frontend_for(args.language)
         if voice is None
         else frontend_for(voice.phonemizer_language, voice.tokens)
     )
+    lexicons = [x for x in _lexicons(args.lexicon) if x.serves(frontend.language)]
+    if voice is not None:
+        _check_lexicons(lexicons, TextReader(voice))
     text = " ".join(args.text)
     spoken = frontend.normalize(text)
     print(f"language:      {frontend.language}")
     print(f"normalised:    {spoken}")
-    lexicons = [x for x in _lexicons(args.lexicon) if x.serves(frontend.language)]
     for lexicon in lexicons:
         spoken, applied = lexicon.apply(spoken)
         for words, phonemes in applied:
@@ -255,7 +279,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # it, and no log line shows it. The API key guards Triton's callers' APIs too.
         admin_key=os.environ.get(ADMIN_KEY_ENV) or secrets.token_urlsafe(24),
         api_key=env_api_key(),  # the first of TRITON_TTS_API_KEY's keys
+        host=args.host,
     )
+    # From here on, what serve and its children write (the run folder's files, Triton's
+    # log, the gateway's) is its user's alone; the repository above keeps the caller's umask.
+    os.umask(0o077)
     server.start()
     with ExitStack() as supervision:
         return _serve(args, server, supervision)
@@ -264,7 +292,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def _start_gateway(args: argparse.Namespace, server: TritonServer, supervision: ExitStack) -> None:
     """The gateway as a child process; at a stop it is told first (SIGTERM: it refuses new
     requests and finishes those in flight while Triton drains), and waited for last."""
-    gateway = gateway_command.start_child(args.gateway_port, server.grpc_url)
+    gateway = gateway_command.start_child(args.gateway_port, server.grpc_url, ["--host", args.host])
 
     def stop() -> None:
         if gateway.poll() is None:
@@ -275,7 +303,7 @@ def _start_gateway(args: argparse.Namespace, server: TritonServer, supervision: 
             gateway.kill()
 
     supervision.callback(stop)
-    gateway_command.wait_live(args.gateway_port, gateway)
+    gateway_command.wait_live(args.gateway_port, gateway, host=server.local_host)
 
 
 START_ATTEMPTS = 3  # of tritonserver, when it crashes before it is ready
@@ -406,6 +434,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=str(paths.default_build_dir()),
         help="repository to build and serve (with --no-build also s3://, gs://, as://)",
     )
+    serve.add_argument(
+        "--host",
+        default=LOCAL_HOST,
+        help="address Triton's HTTP, gRPC and metrics ports, the health port and the gateway listen on "
+        "(0.0.0.0: every interface, as in a container)",
+    )
     serve.add_argument("--http-port", type=int, default=8000)
     serve.add_argument("--grpc-port", type=int, default=8001)
     serve.add_argument("--metrics-port", type=int, default=8002)
@@ -533,8 +567,10 @@ def _broken_input(args: argparse.Namespace) -> str | None:
 
 def _user_message(err: Exception, args: argparse.Namespace) -> str | None:
     """The one line for an expected failure; None for anything else (a bug: traceback)."""
-    if isinstance(err, UserError | TTSError):
+    if isinstance(err, UserError | TTSError | InvalidRequest):  # InvalidRequest: what the server refuses too
         return str(err)
+    if isinstance(err, InferenceServerException):  # the server's words the client did not map
+        return err.message() or str(err)
     if isinstance(err, OSError):  # a user's path, permissions, a full disk, the network
         return f"{err.filename}: {err.strerror}" if err.filename and err.strerror else str(err)
     if isinstance(err, ModuleNotFoundError) and (missing := _missing_extra(err)):

@@ -26,7 +26,17 @@ from triton_tts.config_parameters import string_parameters
 from triton_tts.errors import RequestErrors, request_id
 from triton_tts.internal import Gate
 from triton_tts.onnx_session import cpu_session, resolve_threads
-from triton_tts.validation import InvalidRequest
+from triton_tts.request_options import required_input
+from triton_tts.validation import InvalidRequest, check_graph_input, check_max_dims
+
+# onnxruntime's element types, as numpy's (those onnx_graph.ELEMENT_TYPES serves)
+GRAPH_TYPES = {
+    "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
+    "tensor(int64)": np.int64,
+    "tensor(int32)": np.int32,
+    "tensor(bool)": np.bool_,
+}
 
 
 class TritonPythonModel:
@@ -38,7 +48,11 @@ class TritonPythonModel:
         folder = Path(args["model_repository"]) / args["model_version"]
         self.session = cpu_session(folder / "model.onnx", threads)
         self.inputs = [t["name"] for t in config["input"]]
+        # What the graph takes, input by input: each request is held to it before the run.
+        self.declared = {i.name: (i.shape, GRAPH_TYPES.get(i.type)) for i in self.session.get_inputs()}
         self.outputs = [t["name"] for t in config["output"]]
+        # The largest size of each input, dim by dim (the vad model's frames): model_configs
+        self.max_dims: dict[str, list[int]] = json.loads(params.get("max_input_dims", "{}"))
         self.name = args["model_name"]
         self.errors = RequestErrors(self.name)
         self.gate = Gate(args) if params.get("internal", "false") == "true" else None
@@ -52,15 +66,15 @@ class TritonPythonModel:
         try:
             if self.gate is not None:
                 self.gate.check(request)
-            feeds = {}
-            for name in self.inputs:
-                tensor = pb_utils.get_input_tensor_by_name(request, name)
-                if tensor is None:
-                    raise InvalidRequest(f"{self.name} needs the input {name}")
-                feeds[name] = tensor.as_numpy()
+            feeds = self._feeds(request)
+            for name, bound in self.max_dims.items():
+                check_max_dims(name, feeds[name], bound)
             outputs = self.session.run(self.outputs, feeds)
-        except (InvalidRequest, InvalidArgument) as err:
+        except InvalidRequest as err:
             return self.errors.invalid(rid, str(err))
+        except InvalidArgument as err:  # a value the graph refuses (an empty input, say)
+            shapes = ", ".join(f"{name} {list(value.shape)}" for name, value in feeds.items())
+            return self.errors.invalid(rid, f"{self.name} cannot run on {shapes}: {err}")
         except Exception as err:  # this request's failure alone
             return self.errors.response(rid, f"{type(err).__name__}: {err}")
         return pb_utils.InferenceResponse(
@@ -69,3 +83,14 @@ class TritonPythonModel:
                 for name, value in zip(self.outputs, outputs, strict=True)
             ]
         )
+
+    def _feeds(self, request: Any) -> dict[str, Any]:
+        """Every input the graph takes, each as the graph declares it, or InvalidRequest."""
+        feeds: dict[str, Any] = {}
+        sizes: dict[str, int] = {}
+        for name in self.inputs:
+            feeds[name] = array = required_input(request, name)
+            dims, dtype = self.declared.get(name, (None, None))
+            if dims is not None and dtype is not None:
+                check_graph_input(name, array, dims, dtype, sizes)
+        return feeds

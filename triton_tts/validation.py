@@ -178,3 +178,38 @@ def check_latent(latent: npt.NDArray[Any], channels: int | None, max_frames: int
     if not 1 <= latent.shape[1] <= max_frames:
         raise InvalidRequest(f"LATENT has {latent.shape[1]} frames; a chunk has 1 to {max_frames}")
     return latent
+
+
+GraphDims = Sequence[int | str | None]  # a graph input's shape: a size, or a name / None where free
+
+
+def check_graph_input(
+    name: str, array: npt.NDArray[Any], dims: GraphDims, dtype: npt.DTypeLike, sizes: dict[str, int]
+) -> None:
+    """Input ``name`` of a model that is one graph, as its graph declares it: its type, its
+    rank, each fixed size, and each named free size the same in every input that shares it
+    (``sizes``: those seen so far in the request). Triton checks a client's request against
+    the config, rendered from the same graph; this holds every caller to it before the run."""
+    declared = "[" + ", ".join(str(d) if d is not None else "?" for d in dims) + "]"
+    if array.dtype != np.dtype(dtype):
+        raise InvalidRequest(f"{name} must be {np.dtype(dtype).name}, got {array.dtype.name}")
+    if array.ndim != len(dims):
+        raise InvalidRequest(f"{name} must have shape {declared}, got {list(array.shape)}")
+    for axis, (want, got) in enumerate(zip(dims, array.shape, strict=True)):
+        if isinstance(want, int) and want >= 0 and got != want:
+            raise InvalidRequest(f"{name} must have shape {declared}, got {list(array.shape)} (axis {axis})")
+        if isinstance(want, str) and sizes.setdefault(want, got) != got:
+            raise InvalidRequest(
+                f"{name} has {got} along {want} (axis {axis}), another input {sizes[want]}: they must agree"
+            )
+
+
+def check_max_dims(name: str, array: npt.NDArray[Any], bound: Sequence[int]) -> None:
+    """Input ``name`` within ``bound``, dim by dim (a model's config states it where the
+    graph leaves a dim free), before any work is done on it."""
+    over = [axis for axis, (got, most) in enumerate(zip(array.shape, bound, strict=False)) if got > most]
+    if over or array.ndim > len(bound):
+        raise InvalidRequest(
+            f"{name} has shape {list(array.shape)}; this model takes at most {list(bound)}"
+            + (f" (axis {over[0]})" if over else "")
+        )

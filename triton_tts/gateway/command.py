@@ -14,6 +14,7 @@ import urllib.request
 from collections.abc import Sequence
 
 from triton_tts.gateway.settings import GatewaySettings
+from triton_tts.server import LOCAL_HOST
 
 API_KEY_ENV = "TRITON_TTS_API_KEY"  # comma-separated keys; never on the command line (ps shows it)
 TRITON_URL_ENV = "TRITON_TTS_TRITON_URL"
@@ -33,7 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get(TRITON_URL_ENV, DEFAULTS.triton_url),
         help=f"Triton's gRPC endpoint (env {TRITON_URL_ENV})",
     )
-    parser.add_argument("--host", default="0.0.0.0", help="address to listen on")  # noqa: S104 - in a container; the chart's NetworkPolicy bounds it
+    # This machine only unless told, as serve: a container or pod says --host 0.0.0.0 (the chart does).
+    parser.add_argument("--host", default=LOCAL_HOST, help="address to listen on (0.0.0.0: every interface)")
     parser.add_argument(
         "--port", type=int, default=int(os.environ.get(PORT_ENV, DEFAULT_PORT)), help=f"port (env {PORT_ENV})"
     )
@@ -63,6 +65,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max-dub-seconds", type=float, default=DEFAULTS.max_dub_seconds, help="longest track a dub may make"
+    )
+    parser.add_argument(
+        "--header-timeout-s",
+        type=float,
+        default=DEFAULTS.header_timeout_s,
+        help="close a connection whose request headers are not complete this long after it opened "
+        "(or after its last response)",
+    )
+    parser.add_argument(
+        "--body-timeout-s",
+        type=float,
+        default=DEFAULTS.body_timeout_s,
+        help="answer 408 and close when a request body is not complete this long after its headers "
+        "(plus a second for each --body-min-rate bytes received); 0: no bound",
+    )
+    parser.add_argument(
+        "--body-min-rate",
+        type=float,
+        default=DEFAULTS.body_min_rate,
+        help="bytes a second a long body earns more time by (uploads on slow links)",
     )
     parser.add_argument(
         "--cors-origin",
@@ -146,6 +168,9 @@ def settings_from(args: argparse.Namespace) -> GatewaySettings:
         max_dub_upload_bytes=args.max_dub_upload_bytes,
         max_dub_cues=args.max_dub_cues,
         max_dub_seconds=args.max_dub_seconds,
+        header_timeout_s=args.header_timeout_s,
+        body_timeout_s=args.body_timeout_s,
+        body_min_rate=args.body_min_rate,
         # the flags, or else the environment's list (flags replace it, never add to it)
         cors_origins=tuple(args.cors_origin or _split(os.environ.get(CORS_ENV))),
         heartbeat_s=args.heartbeat_s,
@@ -173,8 +198,13 @@ def run(args: argparse.Namespace) -> int:
     )
     for name in ("uvicorn.access", "uvicorn.error"):
         logging.getLogger(name).addFilter(redact_keys)
+    from triton_tts.gateway.access import MalformedAsJson
+    from triton_tts.gateway.connections import with_header_timeout
+
     uvicorn.run(
         create_app(settings),
+        # unparsable requests get the error JSON too; late headers close the connection
+        http=with_header_timeout(MalformedAsJson, settings.header_timeout_s),
         host=args.host,
         port=args.port,
         log_level="info",
@@ -210,14 +240,16 @@ def start_child(port: int, triton_grpc_url: str, extra: Sequence[str] = ()) -> s
     return subprocess.Popen([*cmd, *extra])
 
 
-def wait_live(port: int, process: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
+def wait_live(
+    port: int, process: subprocess.Popen[bytes], timeout_s: float = 30.0, host: str = "localhost"
+) -> None:
     """Return once the gateway at ``port`` answers /health/live; RuntimeError if it exits."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"the gateway exited (code {process.returncode}) before it listened on {port}")
         try:
-            with urllib.request.urlopen(f"http://localhost:{port}/health/live", timeout=2) as response:
+            with urllib.request.urlopen(f"http://{host}:{port}/health/live", timeout=2) as response:
                 if response.status == 200:
                     return
         except OSError:
