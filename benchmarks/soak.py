@@ -71,7 +71,7 @@ from testkit.sample_texts import PARAGRAPH, SENTENCES
 from triton_tts.client.tts_client import NO_RETRIES, RequestRejected, RetryPolicy, ServerBusy, TTSClient
 from triton_tts.repository import build_repository, ensure_default_voice
 from triton_tts.server import TritonServer, free_port, supervised
-from triton_tts.watchdog import stub_instances
+from triton_tts.watchdog import Watchdog, stub_instances
 
 log = logging.getLogger("soak")
 
@@ -237,11 +237,15 @@ def client_loop(
 
 
 class Killer:
-    """Kills a random stub of the server every ``every_s`` (SIGKILL) and waits for its
-    instance to come back (the watchdog's heal: a new stub of the same name)."""
+    """Kills a random stub of the server every ``every_s`` (SIGKILL) and waits for the
+    watchdog's heal: the model reloaded and nothing dead or healing left (requests are
+    routed to the dead instance until the reload swaps it out)."""
 
-    def __init__(self, server_pid: int, every_s: float, traffic: Traffic, end: float) -> None:
+    def __init__(
+        self, server_pid: int, every_s: float, traffic: Traffic, end: float, watchdog: Watchdog
+    ) -> None:
         self.server_pid, self.every_s, self.traffic, self.end = server_pid, every_s, traffic, end
+        self.watchdog = watchdog
         self.log: list[dict[str, Any]] = []
         self.thread = threading.Thread(target=self._run, name="killer", daemon=True)
 
@@ -256,11 +260,11 @@ class Killer:
             entry: list[float | None] = [time.monotonic(), None]
             with self.traffic.lock:
                 self.traffic.kills.append(entry)
+            healed = len(self.watchdog.heals)
             os.kill(stubs[instance], signal.SIGKILL)
             deadline = time.monotonic() + HEAL_TIMEOUT_S
             while time.monotonic() < deadline:
-                now = stub_instances(self.server_pid)
-                if now.get(instance) not in (None, stubs[instance]) and len(now) >= len(stubs):
+                if len(self.watchdog.heals) > healed and self.watchdog.settled():
                     break
                 time.sleep(0.2)
             with self.traffic.lock:
@@ -441,17 +445,17 @@ def own_server(voice: Path | None, stack: ExitStack, log_file: Path) -> TritonSe
     )
 
 
-def started(server: TritonServer, stack: ExitStack, watched: bool) -> TritonServer:
+def started(server: TritonServer, stack: ExitStack, watched: bool) -> tuple[TritonServer, Watchdog | None]:
     """``server`` started and ready until ``stack`` closes; ``watched``: as serve runs it,
     under the watchdog (model control behind a key of its own), healing from the start."""
     if not watched:
-        return stack.enter_context(server)
+        return stack.enter_context(server), None
     server.admin_key = secrets.token_urlsafe(24)
     server.start()
     stack.callback(server.stop)
-    stack.enter_context(supervised(server, None))
+    watchdog = stack.enter_context(supervised(server, None))
     server.wait_ready()
-    return server
+    return server, watchdog
 
 
 def rolling_median(
@@ -635,13 +639,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     load_s = 60 * args.minutes
     traffic = Traffic()
     with ExitStack() as stack:
-        pid = None
+        pid, watchdog = None, None
         shm = Path("/dev/shm")  # noqa: S108 - a running server's: the machine's
         if args.url_http:
             http_url, grpc_url = args.url_http, args.url_grpc
         else:
             log_file = args.out.with_name(args.out.stem + "-tritonserver.log")
-            server = started(own_server(args.voice, stack, log_file), stack, bool(args.kill_every))
+            server, watchdog = started(own_server(args.voice, stack, log_file), stack, bool(args.kill_every))
             assert server.process is not None
             http_url, grpc_url, pid = server.http_url, server.grpc_url, server.process.pid
             shm = server.shm_dir  # its own /dev/shm where it has one
@@ -655,7 +659,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         sampler.start()
         end = origin + load_s
         shm_before = shm_regions(shm)
-        killer = Killer(pid, args.kill_every, traffic, end).start() if args.kill_every and pid else None
+        killer = Killer(pid, args.kill_every, traffic, end, watchdog).start() if watchdog and pid else None
         clients = [
             threading.Thread(
                 target=client_loop,
