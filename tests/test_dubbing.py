@@ -26,8 +26,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from triton_tts.cli import main as cli_main
-from triton_tts.client import TTSClient
-from triton_tts.client.subtitles import SubtitleError, parse_subtitles, read_cues
+from triton_tts.client import RequestRejected, SynthesisResult, TTSClient
+from triton_tts.client.dubbing import STATUSES, Dubber
+from triton_tts.client.subtitles import Cue, SubtitleError, parse_subtitles, read_cues
 from triton_tts.server import TritonServer
 
 FRAME = 0.020
@@ -81,18 +82,56 @@ GOOD_SRT = "1\n00:00:01,000 --> 00:00:02,000\nHello.\n\n2\n00:00:03,000 --> 00:0
     [
         (GOOD_SRT.replace("00:00:03,000 -->", "00:00:0x,000 -->"), "srt", 6, "malformed timing"),
         (GOOD_SRT.replace("00:00:03,000 -->", "00:00:01,500 -->"), "srt", 6, "may not overlap"),
+        # a cue before the one above it is out of order, not overlapping (issue 43)
+        (GOOD_SRT.replace("00:00:03,000 --> 00:00:04,000", "00:00:00,100 --> 00:00:00,500"), "srt", 6,
+         "cues out of order: the cue starts at 0.100 s, before the cue above it (line 2) starts at 1.000 s"),
+        (GOOD_SRT.replace("00:00:03,000 --> 00:00:04,000", "00:00:00,500 --> 00:00:01,500"), "srt", 6,
+         "out of order"),
+        # a mistyped timing line is blamed itself (not the cue number above it), with the grammar
+        (GOOD_SRT.replace("00:00:03,000 -->", "00:00:03,000 ->"), "srt", 6,
+         "malformed timing '00:00:03,000 -> 00:00:04,000': expected a timing line like 00:00:01,000 --> "),
+        (GOOD_SRT.replace("00:00:03,000 -->", "00:00:03,000 —>"), "srt", 6, "malformed timing"),
+        (GOOD_SRT.replace("00:00:03,000 -->", "00:00:03,000"), "srt", 6, "malformed timing"),
+        (GOOD_SRT.replace("00:00:03,000 --> 00:00:04,000\n", ""), "srt", 6, "malformed timing 'World.'"),
+        (GOOD_SRT.replace("Hello.\n\n", "Hello.\n"), "srt", 5, "a timing line inside the cue above's text"),
         (GOOD_SRT.replace("World.", "<i> </i>"), "srt", 6, "no text"),
         (GOOD_SRT.replace("--> 00:00:02,000", "--> 00:00:00,500"), "srt", 2, "before it starts"),
         (GOOD_SRT + "\nstray words\n", "srt", 9, "without a timing line"),
         (GOOD_SRT.replace(",", "."), "vtt", 1, "WEBVTT"),
-        ("WEBVTT\n\n00:01.000 --> 00:02.000\nHi.\n\n00:03.000 -> 00:04.000\nThere.\n", "vtt", 6, "timing"),
+        ("WEBVTT\n\n00:01.000 --> 00:02.000\nHi.\n\n00:03.000 -> 00:04.000\nThere.\n", "vtt", 6,
+         "malformed timing '00:03.000 -> 00:04.000': expected a timing line like 00:00:01.000 --> "),
+        ("WEBVTT\n\n00:01.000 --> 00:02.000\nHi.\n\nsecond\n00:03.000 = 00:04.000\nThere.\n", "vtt", 7,
+         "malformed timing"),
+        ("WEBVTT\n\n00:01.000 --> 00:02.000\nHi.\n\nJust words.\n", "vtt", 6, "text without a timing line"),
     ],
-)
+)  # fmt: skip
 def test_a_bad_subtitle_file_is_refused_with_its_line(text: str, fmt: str, line: int, words: str) -> None:
     with pytest.raises(SubtitleError) as refused:
         parse_subtitles(text, fmt, "film")
     assert refused.value.line == line and words in str(refused.value)
     assert str(refused.value).startswith(f"film:{line}: ")
+
+
+LINES = st.sampled_from(
+    ["", "1", "2", "00:00:01,000 --> 00:00:02,000", "00:00:00,500 --> 00:00:03,000", "00:02.500 -> 00:04.000",
+     "00:01.000 --> 00:02.000", "WEBVTT", "NOTE x", "Hello.", "<i></i>", "♪♪", "10:30 sharp", "-->",
+     "{\\an8}"]
+)  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(LINES, st.text("0123456789:,.-> <>i\n", max_size=40)), max_size=14),
+       st.sampled_from(["srt", "vtt"]))  # fmt: skip
+def test_any_file_gives_cues_in_order_or_a_refusal_naming_a_line_of_it(lines: list[str], fmt: str) -> None:
+    text = "\n".join(lines)
+    try:
+        cues = parse_subtitles(text, fmt, "odd")
+    except SubtitleError as refused:
+        assert refused.line is None or 1 <= refused.line <= max(1, len(text.splitlines())), refused
+        return
+    for before, cue in zip([None, *cues], cues, strict=False):
+        assert cue.text and cue.start < cue.end and (before is None or before.end <= cue.start)
+        assert "-->" in text.splitlines()[cue.line - 1]  # its line is its timing line
 
 
 def test_webvtt_markup_and_blocks_that_are_not_cues(tmp_path: Path) -> None:
@@ -106,6 +145,66 @@ def test_webvtt_markup_and_blocks_that_are_not_cues(tmp_path: Path) -> None:
     assert (cue.line, cue.start, cue.end, cue.text) == (11, 62.5, 64.0, "Tom & Jerry again")
     with pytest.raises(SubtitleError, match="unsupported subtitle format"):
         read_cues(path.with_suffix(".ass"))
+
+
+# dubbing, with a stand-in for the server: speech of 50 ms a character at speed 1, shrinking
+# as 1 / speed; a text without a letter or digit refused as the server refuses it
+
+
+RATE = 16_000
+
+
+def stand_in(said: list[str]) -> Any:
+    def synthesize(text: str, speed: float) -> SynthesisResult:
+        said.append(text)
+        if not any(ch.isalnum() for ch in text):
+            raise RequestRejected("TEXT has nothing the voice can pronounce")
+        return SynthesisResult(np.full(round(0.05 * len(text) * RATE / speed), 0.5, np.float32), RATE)
+
+    return synthesize
+
+
+LONG = "A line far too long for its slot."  # 1.65 s at speed 1
+CUES = [
+    Cue(1, 2, 0.0, 2.0, "Hello there."),  # fits
+    Cue(2, 6, 3.0, 4.0, "♪♪"),  # nothing to say: left silent
+    Cue(3, 10, 5.0, 5.46, "Tight fit."),  # 0.5 s in 0.46 s: sped up
+    Cue(4, 14, 6.0, 6.3, LONG),  # cut where cue 5 starts
+    Cue(5, 18, 6.3, 6.6, LONG),  # the last: runs on (overrun)
+]
+
+
+def test_a_cue_the_voice_cannot_say_is_left_silent_and_listed_and_the_summary_counts_each_cue_once() -> None:
+    dub = Dubber(stand_in([]), concurrency=3).dub(CUES, source="film.srt")
+    assert [c.status for c in dub.cues] == ["fits", "silent", "sped_up", "cut", "overrun"]
+    silent = dub.cues[1]
+    assert (silent.line, silent.reason) == (6, "TEXT has nothing the voice can pronounce")
+    assert silent.start == silent.end == 3.0 and not np.any(dub.track[3 * RATE : 4 * RATE])
+    assert np.all(dub.track[round(5.0 * RATE) : round(5.4 * RATE)])  # the rest dubbed
+    listed = json.loads(dub.report_json())["cues"][1]
+    assert (listed["status"], listed["line"], listed["reason"]) == ("silent", 6, silent.reason)
+    assert "♪" not in dub.report_vtt()
+    assert_counted_once(dub.summary(), dict.fromkeys(STATUSES, 1))
+
+
+def assert_counted_once(summary: dict[str, Any], counts: dict[str, int]) -> None:
+    """Every cue counted once, by its status, and each share its count's (issue 43: a
+    summary said 0 sped up beside a share of 0.4 sped up)."""
+    assert {s: summary[s] for s in STATUSES} == counts and summary["cues"] == sum(counts.values()), summary
+    assert all(summary[f"{s}_share"] == round(counts[s] / summary["cues"], 4) for s in STATUSES), summary
+
+
+def test_strict_stops_at_a_cue_the_voice_cannot_say_and_so_does_a_file_with_none_it_can() -> None:
+    said: list[str] = []
+    with pytest.raises(SubtitleError) as stopped:
+        Dubber(stand_in(said), concurrency=1, strict=True).dub(CUES, source="film.srt")
+    assert (
+        str(stopped.value) == "film.srt:6: cue 2 cannot be spoken (TEXT has nothing the voice can pronounce)"
+    )
+    assert said == ["Hello there.", "♪♪"]  # nothing begun after it
+    with pytest.raises(SubtitleError) as nothing:
+        Dubber(stand_in([])).dub([CUES[1], Cue(2, 10, 5.0, 6.0, "...")], source="film.srt")
+    assert str(nothing.value).startswith("film.srt:6: cue 2 cannot be spoken, nor any of the other 1 (TEXT")
 
 
 # dubbing through the server
@@ -195,7 +294,7 @@ def test_a_subtitle_file_is_dubbed_on_time_sped_up_where_tight_and_never_overlap
         f"film.srt:{overrun['line']}: cue 3 runs" in out.err
         and f"film.srt:{cut['line']}: cue 4 runs" in out.err
     )
-    assert report["summary"]["sped_up"] == 1 and report["summary"]["cut"] == 1
+    assert_counted_once(report["summary"], {"fits": 2, "sped_up": 1, "overrun": 1, "cut": 1, "silent": 0})
     # the report's WebVTT: the speech as placed, with each word's actual time
     placed = webvtt.read(str(track_file.with_suffix(".vtt"))).captions
     times = [(c.start_time.in_milliseconds(), c.end_time.in_milliseconds()) for c in placed]
@@ -222,6 +321,40 @@ def test_a_dub_without_an_original_ends_with_its_last_cue_at_the_asked_rate(
     info = sf.info(track_file)
     assert (info.samplerate, info.format) == (16000, "FLAC")
     assert info.frames == 5 * 16000
+
+
+SUNG = (
+    "1\n00:00:00,200 --> 00:00:02,000\nGood morning.\n\n2\n00:00:02,500 --> 00:00:03,500\n♪♪\n\n"
+    "3\n00:00:04,000 --> 00:00:06,000\nGood night.\n"
+)
+
+
+def test_a_cue_the_voice_cannot_say_is_left_silent_and_listed_unless_strict(
+    server: TritonServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cues_file = tmp_path / "film.srt"
+    cues_file.write_text(SUNG, encoding="utf-8")
+    track_file = tmp_path / "dub.wav"
+    argv = ["dub", str(cues_file), "-o", str(track_file), "--url", server.http_url, "--no-progress"]
+    assert cli_main(argv) == 0
+    out = capsys.readouterr()
+    assert "film.srt:6: cue 2 left silent: TEXT has nothing the voice can pronounce" in out.err
+    assert "0 cut, 1 silent)" in out.out
+    report = json.loads(track_file.with_suffix(".json").read_text(encoding="utf-8"))
+    assert [c["status"] for c in report["cues"]] == ["fits", "silent", "fits"]
+    assert report["summary"]["silent"] == 1 and report["summary"]["silent_share"] == round(1 / 3, 4)
+    track, rate = sf.read(track_file, dtype="float32")
+    first, last = report["cues"][0], report["cues"][2]
+    assert not np.any(track[round(first["end"] * rate) + 1 : round(4.0 * rate)])  # cue 2's slot silent
+    assert np.any(track[round(4.0 * rate) : round(last["end"] * rate)])  # cue 3 said after it
+    # --strict: the dub stops at the cue, naming its line, and writes nothing
+    strict = tmp_path / "strict.wav"
+    assert cli_main([*argv[:2], "-o", str(strict), *argv[4:], "--strict"]) == 1
+    assert (
+        "film.srt:6: cue 2 cannot be spoken (TEXT has nothing the voice can pronounce)"
+        in capsys.readouterr().err
+    )
+    assert not strict.exists()
 
 
 def test_dub_refuses_a_bad_file_naming_the_line_before_calling_anyone(
@@ -400,6 +533,17 @@ def test_the_gateway_dubs_an_upload_and_refuses_bad_ones_by_field(
     second = report["cues"][1]
     assert second["speed"] == 1.25 and second["status"] == "cut" and second["end"] == 4.5
     assert json.loads(done.headers["x-dub-summary"])["cut"] == 1
+    # a cue the voice cannot say: left silent and listed, or with strict a 400 naming its line
+    sung = cues.replace("Goodbye.", "♪♪")
+    silent = requests.post(url, files={"file": ("film.srt", sung)}, timeout=120)
+    assert silent.status_code == 200, silent.text
+    listed = json.loads(zipfile.ZipFile(io.BytesIO(silent.content)).read("dub.json"))["cues"][2]
+    assert (listed["status"], listed["line"]) == ("silent", 10)
+    assert json.loads(silent.headers["x-dub-summary"])["silent"] == 1
+    stopped = requests.post(url, files={"file": ("film.srt", sung)}, data={"strict": "true"}, timeout=120)
+    error = stopped.json()["error"]
+    assert stopped.status_code == 400 and error["param"] == "file", error
+    assert error["message"].startswith("film.srt:10: cue 3 cannot be spoken (TEXT has nothing"), error
     # a script placed by the original's speech
     script = "\n".join(f"Line number {n}." for n in range(1, len(spans) + 1))
     uploads: dict[str, Any] = {

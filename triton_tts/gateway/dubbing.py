@@ -9,7 +9,8 @@ A multipart form (``curl -F file=@film.srt -F original=@film.wav -o dub.zip``):
   gets its length, and a script (or ``snap``) its speech onsets;
 - fields: ``voice`` (as for speech: OpenAI names, aliases, ``voice:speaker``),
   ``max_speed`` (1-4, default 1.25), ``snap`` (seconds), ``response_format`` (``wav``,
-  ``flac``).
+  ``flac``), ``strict`` (``true``: a cue the voice cannot say stops the dub, 400 with its
+  line; by default it is left silent and listed in the report, as ``triton-tts dub``).
 
 The answer is a zip: ``dub.wav`` (or ``.flac``), ``dub.json`` (the report) and ``dub.vtt``
 (the speech as placed, with its words' times). Every cue goes through Triton with the
@@ -19,7 +20,8 @@ speech; a busy refusal is retried within the gateway's timeout, then answered 50
 Limits (GatewaySettings): the body (``max_dub_upload_bytes``), the cues
 (``max_dub_cues``) and the track's length (``max_dub_seconds``). Errors, each naming its
 field: not a form, a missing file, a bad field 400; a subtitle file that cannot be dubbed
-400 with its line (``film.srt:6: ...``); an original that is not audio 400.
+400 with its line (``film.srt:6: ...``; with ``strict``, a cue the voice cannot say, and
+always a file of which no cue can be said); an original that is not audio 400.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ class DubForm(BaseModel):
     max_speed: Annotated[float, Field(ge=1.0, le=4.0)] = 1.25
     snap: Annotated[float, Field(gt=0.0, le=10.0)] | None = None
     response_format: Literal["wav", "flac"] = "wav"
+    strict: bool = False
 
 
 def _fields(form: FormData) -> DubForm:
@@ -151,7 +154,8 @@ class DubJob:
                     None,
                     source,
                 )
-            return Dubber(self.synthesize, form.max_speed, CONCURRENCY).dub(cues, length)
+            dubber = Dubber(self.synthesize, form.max_speed, CONCURRENCY, strict=form.strict)
+            return dubber.dub(cues, length, source)
         finally:
             self.client.close()
 

@@ -335,6 +335,10 @@ def add_dub_arguments(parser: argparse.ArgumentParser) -> None:
         "--sample-rate", type=int, default=None, help="the track's rate (default: the voice's)"
     )
     parser.add_argument("--concurrency", type=int, default=8, help="cues in flight")
+    parser.add_argument(
+        "--strict", action="store_true", help="stop at a cue the voice cannot say (\"♪♪\"), naming its line; "
+        "without it, such a cue is left silent and listed (stderr, and the report's status \"silent\")",
+    )  # fmt: skip
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_connection_arguments(parser)
     parser.add_argument("--voice", default=None, help="voice name (default: the server's default voice)")
@@ -417,7 +421,8 @@ def dub(args: argparse.Namespace) -> int:
                 bar.total = max(bar.total or 0, bar.n + n)
                 bar.update(n)
 
-            result = Dubber(synthesize, args.max_speed, args.concurrency, progress).dub(cues, length_s)
+            dubber = Dubber(synthesize, args.max_speed, args.concurrency, progress, strict=args.strict)
+            result = dubber.dub(cues, length_s, args.cues.name)
     except (TTSError, SubtitleError) as err:
         print(f"triton-tts: {err}", file=sys.stderr)
         return 1
@@ -442,6 +447,9 @@ def _write_dub(args: argparse.Namespace, result: Any, elapsed: float) -> None:
     args.output.with_suffix(".json").write_text(result.report_json(), encoding="utf-8")
     args.output.with_suffix(".vtt").write_text(result.report_vtt(), encoding="utf-8")
     for cue in result.cues:
+        if cue.status == "silent":
+            print(f"triton-tts: {args.cues.name}:{cue.line}: cue {cue.index} left silent: {cue.reason}",
+                  file=sys.stderr)  # fmt: skip
         if cue.status in ("overrun", "cut"):
             cut = f", {cue.cut_s:.2f} s cut where the next cue starts" if cue.cut_s else ""
             print(
@@ -452,7 +460,8 @@ def _write_dub(args: argparse.Namespace, result: Any, elapsed: float) -> None:
     summary = result.summary()
     print(
         f"wrote {args.output}: {len(track) / rate:.1f} s at {rate} Hz, {summary['cues']} cues "
-        f"({summary['sped_up']} sped up, {summary['overrun']} overrun, {summary['cut']} cut) "
+        f"({summary['sped_up']} sped up, {summary['overrun']} overrun, {summary['cut']} cut, "
+        f"{summary['silent']} silent) "
         f"in {elapsed:.1f} s; report {args.output.with_suffix('.json')}"
     )
 

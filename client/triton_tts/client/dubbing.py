@@ -11,6 +11,15 @@ starts (or where the original ends): cues never overlap.
 Between cues the track is silent. It lasts until the last cue's end (or the last speech's,
 if later), or exactly the original's length when one is given.
 
+A cue the server refuses to say ("♪♪": nothing the voice can pronounce) is left silent
+and reported with its line (status ``silent``, the server's reason); the rest are dubbed.
+``strict``: such a cue stops the dub instead, naming its line; so does a file of which no
+cue can be said (then the fault is likely not the cues': a voice the server does not
+serve, say). Whether a text can be said is the server's to decide, by the voice's reading
+(normalisation, lexicon, symbols: "&" is said "and", "♪" nothing), which no voice
+description gives the client; it is asked once per cue all the same, by the natural take
+every cue needs, so knowing costs no extra call.
+
     dubber = Dubber(lambda text, speed: client.synthesize(text, speed=speed, voice="joe"))
     dub = dubber.dub(read_cues(Path("film.srt")))
     sf.write("track.wav", dub.track, dub.sample_rate)
@@ -21,6 +30,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -30,7 +40,8 @@ import numpy.typing as npt
 
 from triton_tts.client.captions import _clock, _vtt_text
 from triton_tts.client.datatypes import SynthesisResult, WordTime
-from triton_tts.client.subtitles import Cue, cues_in_regions, snap
+from triton_tts.client.errors import RequestRejected
+from triton_tts.client.subtitles import Cue, SubtitleError, cues_in_regions, snap
 from triton_tts.client.vad import Region
 from triton_tts.client.voices import VoiceInfo
 
@@ -45,6 +56,8 @@ TOLERANCE_S = 0.020  # speech this little over its slot fits (one 20 ms frame)
 MAX_TRIES = 4  # natural, then up to three faster takes
 # length ~ speed ** -k: VITS voices measure about 0.55 (rounded phoneme durations), XTTS 1
 FIRST_K = 0.7
+# How each cue went, one status a cue (Placed.status), in the summary's order.
+STATUSES = ("fits", "sped_up", "overrun", "cut", "silent")
 
 
 @dataclass(frozen=True)
@@ -57,6 +70,13 @@ class Speech:
 
     def seconds(self, rate: int) -> float:
         return len(self.audio) / rate
+
+
+@dataclass(frozen=True)
+class Unspoken:
+    """A cue the server refused to say, left silent: its refusal's message."""
+
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -75,8 +95,11 @@ class Placed:
     overrun_s: float  # past the cue's end (into the gap)
     cut_s: float  # speech cut off where the next cue (or the original) starts
     moved_s: float  # by --snap: the cue's start moved to a detected onset
-    status: str  # "fits", "sped_up", "overrun" (sped up as far as allowed, into the gap), "cut"
+    # "fits", "sped_up", "overrun" (sped up as far as allowed, into the gap), "cut",
+    # "silent" (the server would not say it: ``reason``)
+    status: str
     words: tuple[WordTime, ...] = field(default=(), repr=False)  # seconds in the track
+    reason: str = ""  # why a silent cue was not said (the server's words)
 
 
 @dataclass(frozen=True)
@@ -90,14 +113,15 @@ class Dub:
         return len(self.track) / self.sample_rate
 
     def summary(self) -> dict[str, float | int]:
+        """Every cue counted once, by its status (an overrun or cut cue was sped up too, but
+        counts as what it ended as), and each count's share of the cues."""
         n = len(self.cues)
-        count = {s: sum(c.status == s for c in self.cues) for s in ("fits", "sped_up", "overrun", "cut")}
+        count = {s: sum(c.status == s for c in self.cues) for s in STATUSES}
         return {
             "cues": n,
             "duration_s": round(self.duration_s, 3),
             **count,
-            "sped_up_share": round(sum(c.speed > 1.0 for c in self.cues) / n, 4) if n else 0.0,
-            "overrun_share": round((count["overrun"] + count["cut"]) / n, 4) if n else 0.0,
+            **{f"{s}_share": round(count[s] / n, 4) if n else 0.0 for s in STATUSES},
         }
 
     def report(self) -> dict[str, object]:
@@ -186,7 +210,9 @@ def place_by_speech(
 
 class Dubber:
     """Dubs cues through ``synthesize(text, speed)`` (one server call; it may be called
-    from ``concurrency`` threads at once)."""
+    from ``concurrency`` threads at once; a cue it cannot say raises RequestRejected).
+    ``strict``: a cue the server will not say stops the dub (SubtitleError with its line)
+    instead of being left silent."""
 
     def __init__(
         self,
@@ -194,6 +220,7 @@ class Dubber:
         max_speed: float = MAX_SPEED,
         concurrency: int = 8,
         progress: Callable[[int], None] | None = None,
+        strict: bool = False,
     ) -> None:
         if not 1.0 <= max_speed <= 4.0:
             raise ValueError(
@@ -203,34 +230,64 @@ class Dubber:
         self.max_speed = max_speed
         self.concurrency = max(1, concurrency)
         self.progress = progress or (lambda n: None)
+        self.strict = strict
         self.sample_rate = 0
 
+    def _take(self, cue: Cue, speed: float) -> Speech:
+        result = self.synthesize(cue.text, speed)
+        self.sample_rate = self.sample_rate or result.sample_rate
+        if result.sample_rate != self.sample_rate:
+            raise ValueError(
+                f"cue {cue.index} came at {result.sample_rate} Hz, the others at {self.sample_rate}"
+            )
+        self.progress(1)
+        return trimmed(result, speed)
+
     def _run(self, jobs: Sequence[tuple[Cue, float]]) -> list[Speech]:
-        def one(job: tuple[Cue, float]) -> Speech:
-            cue, speed = job
-            result = self.synthesize(cue.text, speed)
-            self.sample_rate = self.sample_rate or result.sample_rate
-            if result.sample_rate != self.sample_rate:
-                raise ValueError(
-                    f"cue {cue.index} came at {result.sample_rate} Hz, the others at {self.sample_rate}"
-                )
-            self.progress(1)
-            return trimmed(result, speed)
+        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+            return list(pool.map(lambda job: self._take(*job), jobs))
+
+    def _natural(self, cues: Sequence[Cue], source: str) -> list[Speech | Unspoken]:
+        """Each cue's take at speed 1, or the server's refusal to say it (strict: the first
+        refusal stops the takes not yet begun, and the dub)."""
+        stop = threading.Event()
+
+        def one(cue: Cue) -> Speech | Unspoken | None:
+            if stop.is_set():
+                return None
+            try:
+                return self._take(cue, 1.0)
+            except RequestRejected as err:
+                self.progress(1)
+                if self.strict:
+                    stop.set()
+                return Unspoken(str(err))
 
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
-            return list(pool.map(one, jobs))
+            takes = list(pool.map(one, cues))
+        refused = [(cue, take) for cue, take in zip(cues, takes, strict=True) if isinstance(take, Unspoken)]
+        if refused and (self.strict or len(refused) == len(cues)):
+            cue, why = refused[0]
+            others = "" if self.strict or len(cues) == 1 else f", nor any of the other {len(cues) - 1}"
+            raise SubtitleError(f"cue {cue.index} cannot be spoken{others} ({why.reason})", cue.line, source)
+        return [take for take in takes if take is not None]  # a None only where strict raised
 
-    def fit(self, cues: Sequence[Cue]) -> list[tuple[Speech, float]]:
-        """Each cue's speech, sped up where its slot needs it, with its natural length."""
-        takes = [[speech] for speech in self._run([(cue, 1.0) for cue in cues])]
+    def fit(self, cues: Sequence[Cue], source: str = "") -> list[tuple[Speech, float] | Unspoken]:
+        """Each cue's speech, sped up where its slot needs it, with its natural length; or
+        why the server would not say it."""
+        natural = self._natural(cues, source)
+        takes = {i: [take] for i, take in enumerate(natural) if isinstance(take, Speech)}
         for _ in range(MAX_TRIES - 1):
-            todo = [(i, speed) for i, cue in enumerate(cues) if (speed := self._next_speed(cue, takes[i]))]
+            todo = [(i, speed) for i, t in takes.items() if (speed := self._next_speed(cues[i], t))]
             if not todo:
                 break
             for (i, _speed), faster in zip(todo, self._run([(cues[i], s) for i, s in todo]), strict=True):
                 takes[i].append(faster)
         return [
-            (self._best(cue, t), t[0].seconds(self.sample_rate)) for cue, t in zip(cues, takes, strict=True)
+            take
+            if isinstance(take, Unspoken)
+            else (self._best(cue, takes[i]), take.seconds(self.sample_rate))
+            for i, (cue, take) in enumerate(zip(cues, natural, strict=True))
         ]
 
     def _fits(self, cue: Cue, take: Speech) -> bool:
@@ -263,26 +320,40 @@ class Dubber:
         wanted = last.speed * float((length / max(target, 1e-3)) ** (1 / k))
         return min(self.max_speed, max(wanted, last.speed * 1.02))
 
-    def dub(self, cues: Sequence[Cue], length_s: float | None = None) -> Dub:
+    def dub(self, cues: Sequence[Cue], length_s: float | None = None, source: str = "") -> Dub:
         """The track: ``length_s`` long when given (the original's), else until the last
-        cue's end or the last speech's end."""
+        cue's end or the last speech's end. ``source``: the cues' file, for errors."""
         if not cues:
             raise ValueError("no cues to dub")
-        fitted = self.fit(cues)
+        fitted = self.fit(cues, source)
         return place(cues, fitted, self.sample_rate, length_s)
 
 
 def place(
-    cues: Sequence[Cue], fitted: Sequence[tuple[Speech, float]], rate: int, length_s: float | None = None
+    cues: Sequence[Cue],
+    fitted: Sequence[tuple[Speech, float] | Unspoken],
+    rate: int,
+    length_s: float | None = None,
 ) -> Dub:
-    """Cues' speech laid into one track at their starts, cut where the next begins."""
+    """Cues' speech laid into one track at their starts, cut where the next begins; an
+    unspoken cue's slot left silent."""
     ends = [c.start for c in cues[1:]] + [length_s if length_s is not None else math.inf]
     total = length_s
     if total is None:
-        total = max(cues[-1].end, cues[-1].start + fitted[-1][0].seconds(rate))
+        last = fitted[-1]
+        total = max(
+            cues[-1].end, cues[-1].start + (0.0 if isinstance(last, Unspoken) else last[0].seconds(rate))
+        )
     track = np.zeros(round(total * rate), dtype=np.float32)
     placed = []
-    for cue, (speech, natural), limit in zip(cues, fitted, ends, strict=True):
+    for cue, fit, limit in zip(cues, fitted, ends, strict=True):
+        if isinstance(fit, Unspoken):
+            silent = Placed(cue.index, cue.line, cue.text, cue.start, cue.end, start=cue.start, end=cue.start,
+                            natural_s=0.0, speed=1.0, overrun_s=0.0, cut_s=0.0, moved_s=cue.moved_s,
+                            status="silent", reason=fit.reason)  # fmt: skip
+            placed.append(silent)
+            continue
+        speech, natural = fit
         begin = round(cue.start * rate)
         stop = min(begin + len(speech.audio), round(min(limit, total) * rate), len(track))
         audio = speech.audio[: max(0, stop - begin)].copy()

@@ -9,11 +9,15 @@ from a dub, so the timing lines are read here against each format's grammar::
     SRT:    [index]  HH:MM:SS,mmm --> HH:MM:SS,mmm   (hours may be 1+ digits; "." allowed)
     WebVTT: [id]     [HH:]MM:SS.mmm --> [HH:]MM:SS.mmm [settings]   after a WEBVTT header
 
-Refused, with the line: a malformed timing line, an end not after its start, a cue that
-starts before the previous one ends (overlap), a cue without text, text with no timing
-line. Cue text loses its markup (``<i>``, ``<v Name>``, ``{\\an8}``) and entities, and
-its lines are joined with spaces. Blocks of WebVTT that are not cues (NOTE, STYLE,
-REGION) are skipped.
+Refused, with the line at fault: a malformed timing line (one that has a time but not
+the grammar, a mistyped ``-->`` say, is blamed itself, with what was expected; so is the
+line after a SubRip cue number), an end not after its start, a cue that starts before
+the one above it (out of order), a cue that starts before the one above it ends
+(overlap), a cue without text, text with no timing line, a timing line inside a cue's
+text (a blank line missing between two cues). Cue text loses its markup (``<i>``,
+``<v Name>``, ``{\\an8}``) and entities, and its lines are joined with spaces. Blocks of
+WebVTT that are not cues (NOTE, STYLE, REGION) are skipped. Whether a cue's text can be
+spoken is the voice's to say (triton_tts/client/dubbing.py asks the server).
 """
 
 from __future__ import annotations
@@ -32,6 +36,10 @@ _VTT_TIME = r"(?:(\d+):)?([0-5]\d):([0-5]\d)\.(\d{3})"
 _SRT_TIMING = re.compile(rf"^\s*{_SRT_TIME}\s*-->\s*{_SRT_TIME}(?:\s+.*)?$")
 _VTT_TIMING = re.compile(rf"^\s*{_VTT_TIME}[ \t]+-->[ \t]+{_VTT_TIME}(?:[ \t]+.*)?$")
 _TAGS = re.compile(r"<[^>]*>|\{\\[^}]*\}")  # HTML-like tags; SubRip's ASS overrides {\an8}
+# How a timing line starts though its arrow or a time is mistyped: a clock time (01:02,
+# 1:02:03.5). A cue's text rarely does; a timing line always does.
+_CLOCK = re.compile(r"^\s*\d+:\d\d")
+_EXAMPLES = {"srt": "00:00:01,000 --> 00:00:02,500", "vtt": "00:00:01.000 --> 00:00:02.500"}
 
 
 class SubtitleError(ValueError):
@@ -91,6 +99,15 @@ def _blocks(text: str, first_line: int = 1) -> list[tuple[int, list[str]]]:
     return blocks
 
 
+def _meant_timing(block: list[str], fmt: str) -> int | None:
+    """Where a block without ``-->`` in its first two lines meant its timing line: the first
+    of them with a clock time, else the line after a SubRip cue number; None: text alone."""
+    found = next((i for i, line in enumerate(block[:2]) if _CLOCK.search(line)), None)
+    if found is None and fmt == "srt" and len(block) > 1 and block[0].strip().isdigit():
+        return 1
+    return found
+
+
 def parse_subtitles(text: str, fmt: str, source: str = "") -> list[Cue]:
     """The cues of a SubRip (``fmt`` "srt") or WebVTT ("vtt") file's text, checked."""
     if fmt not in FORMATS.values():
@@ -112,25 +129,42 @@ def parse_subtitles(text: str, fmt: str, source: str = "") -> list[Cue]:
         if at is None:
             if number == body_start and fmt == "vtt":  # the header block's own lines
                 continue
-            raise SubtitleError(f"text without a timing line ({block[0].strip()[:40]!r})", number, source)
+            at = _meant_timing(block, fmt)
+            if at is None:
+                raise SubtitleError(f"text without a timing line ({block[0].strip()[:40]!r})", number, source)
         if fmt == "srt" and at == 1 and not block[0].strip().isdigit():
             raise SubtitleError(f"a SubRip cue number must be a number, not {block[0].strip()[:20]!r}",
                                 number, source)  # fmt: skip
         line = number + at
         match = timing.match(block[at])
         if match is None:
-            example = "00:00:01,000 --> 00:00:02,500" if fmt == "srt" else "00:00:01.000 --> 00:00:02.500"
             raise SubtitleError(
-                f"malformed timing {block[at].strip()!r} (expected like {example})", line, source
+                f"malformed timing {block[at].strip()[:60]!r}: expected a timing line like {_EXAMPLES[fmt]}",
+                line,
+                source,
             )
         start, end = _seconds(match.groups()[:4]), _seconds(match.groups()[4:])
         if end <= start:
             raise SubtitleError(f"the cue ends ({end:.3f} s) before it starts ({start:.3f} s)", line, source)
+        if cues and start < cues[-1].start:
+            raise SubtitleError(
+                f"cues out of order: the cue starts at {start:.3f} s, before the cue above it (line "
+                f"{cues[-1].line}) starts at {cues[-1].start:.3f} s; cues must be in time order",
+                line,
+                source,
+            )
         if cues and start < cues[-1].end:
             raise SubtitleError(
                 f"the cue starts at {start:.3f} s, before the previous cue (line {cues[-1].line}) ends at "
                 f"{cues[-1].end:.3f} s: cues may not overlap",
                 line,
+                source,
+            )
+        inside = next((i for i, held in enumerate(block[at + 1 :], at + 1) if timing.match(held)), None)
+        if inside is not None:
+            raise SubtitleError(
+                "a timing line inside the cue above's text: end each cue with a blank line",
+                number + inside,
                 source,
             )
         words = _clean(block[at + 1 :])
