@@ -70,7 +70,8 @@ CATEGORIES = {
     "percentages": "'4.5%' is 'four point five percent' with our number words",
     "dates": "'March 15, 2024', '15 March 1990', '2024-03-15', '3/15/2024' are all 'March "
     "fifteenth, twenty twenty-four' (espeak-ng: cardinal days, 'two thousand twenty four', "
-    "'dash' and 'slash')",
+    "'dash' and 'slash'); 'on 12/24' is 'on December twenty-fourth' (espeak-ng: 'twelve "
+    "slash twenty four')",
     "years": "a year after a cue word, with an era or as a decade ('in 1985', '753 BC', "
     "'1960s', 'the 80s') is 'nineteen eighty-five' (espeak-ng: 'nineteen hundred eighty "
     "five', 'two thousand ten')",
@@ -78,10 +79,11 @@ CATEGORIES = {
     "forty-five' (espeak-ng: 'ten zero zero', 'three zero five pm')",
     "units": "'5 kg', '12 km', '25 °C', '60 mph' are spoken units (espeak-ng spells most: 'k g', 'k m')",
     "abbreviations": "'Dr.', 'Mr.', 'Ms.', 'St.', 'Inc.', 'vs.', 'e.g.', 'Jan.', 'No. 5' are "
-    "words ('Doctor', 'Miz', 'for example'); espeak-ng spells some ('M S'), and where it "
-    "expands one ('Doctor') its period still ends the sentence, so Piper pauses inside "
-    "'Doctor. Smith'",
-    "symbols": "'&', '=', '@', '+' and '×' between numbers are 'and', 'equals', 'at', 'plus', 'times'",
+    "words ('Doctor', 'Miz', 'for example'), 'ext. 204' 'extension two zero four'; espeak-ng "
+    "spells some ('M S'), and where it expands one ('Doctor') its period still ends the "
+    "sentence, so Piper pauses inside 'Doctor. Smith'",
+    "symbols": "'&', '=', '@', '+' and '×' between numbers are 'and', 'equals', 'at', 'plus', "
+    "'times'; '<' and '>' in a comparison 'less than', 'greater than' (espeak-ng: nothing)",
     "telephone": "'555-0123', '(212) 555-0187', '+44 20 7946 0958' are read in their groups digit by "
     "digit with a pause between ('five five five, zero one two three'; espeak-ng: 'five hundred "
     "fifty five zero one two three')",
@@ -95,6 +97,7 @@ CATEGORIES = {
 STEP_CATEGORIES = {
     "_ISO_DATE": "dates",
     "_NUMERIC_DATE": "dates",
+    "_SLASHED_MONTH_DAY": "dates",
     "_MONTH_DAY_DATE": "dates",
     "_DAY_MONTH_DATE": "dates",
     "_MONTH_YEAR_DATE": "dates",
@@ -109,6 +112,7 @@ STEP_CATEGORIES = {
     "_LATIN_ABBREVIATION": "abbreviations",
     "_BARE_ABBREVIATION": "abbreviations",
     "_NUMBER_SIGN": "abbreviations",
+    "context.BEFORE_NUMBER_ABBREVIATION": "abbreviations",
     "_PREFIX_MONEY": "money",
     "_SUFFIX_MONEY": "money",
     "_PERCENTAGE": "percentages",
@@ -125,6 +129,7 @@ STEP_CATEGORIES = {
     "context.TELEPHONE": "telephone",
     "context.FRACTION": "fractions",
     "context.MULTIPLIER": "multipliers",
+    "context.COMPARISON": "symbols",
 }
 
 

@@ -190,6 +190,13 @@ def test_years_and_decades(text: str, expected: str) -> None:
         ),
         ("We met on Sun., March 5", "We met on Sunday, March fifth"),
         ("Fri. 3/15/2024", "Friday March fifteenth, twenty twenty-four"),
+        # a month and day without a year: a date unless the context makes it a fraction
+        ("on 12/24", "on December twenty-fourth"),
+        ("Pay by 3/15.", "Pay by March fifteenth."),
+        ("on 1/2", "on January second"),  # a fraction's denominator, but after a date cue
+        ("due 24/12", "due December twenty-fourth"),  # day first: 24 cannot be a month
+        ("We met on Mon., 1/2", "We met on Monday, January second"),
+        ("until 2/30", "until two/thirty"),  # not a day: left to the rules after
     ],
 )
 def test_dates(text: str, expected: str) -> None:
@@ -261,6 +268,11 @@ def test_times(text: str, expected: str) -> None:
         ("approx. 10", "approximately ten"),
         ("No. 5", "number five"),
         ("no. 9 bus", "number nine bus"),
+        ("call ext. 204", "call extension two zero four"),
+        ("Call 555-0123 ext 12.", "Call five five five, zero one two three extension one two."),
+        ("Ext. 5", "extension five"),
+        ("rename the .ext file", "rename the .ext file"),  # not before a number
+        ("the ext. is .txt", "the ext. is .txt"),
         ("No. I refuse.", "No. I refuse."),
         ("Acme Inc. makes things", "Acme Incorporated makes things"),
         ("Acme Inc. The end", "Acme Incorporated. The end"),
@@ -352,6 +364,17 @@ def test_units(text: str, expected: str) -> None:
         ("#1 hit", "number one hit"),
         ("2 \u00d7 3", "two times three"),
         ("C++ rocks", "C++ rocks"),
+        ("costs < 5 dollars", "costs less than five dollars"),
+        ("x > 3", "x greater than three"),
+        ("x>=3", "x greater than or equal to three"),
+        ("it is <$5", "it is less than five dollars"),
+        ("if a < b then", "if a less than b then"),
+        ("5 \u2264 6", "five less than or equal to six"),
+        ("<b>bold</b>", "<b>bold</b>"),  # markup, arrows and shifts are not comparisons
+        ("<b>5</b>", "<b>five</b>"),
+        ("x < 5 and y > 3", "x less than five and y greater than three"),
+        ("a -> b", "a -> b"),
+        ("x << 2", "x << two"),
     ],
 )
 def test_symbols(text: str, expected: str) -> None:
@@ -389,6 +412,9 @@ def test_telephone_numbers_are_read_in_groups(text: str, expected: str) -> None:
         ("on 12/25/2024", "on December twenty-fifth, twenty twenty-four"),  # still a date
         ("open 24/7", "open twenty-four/seven"),  # not a fraction to a reader
         ("a 50/50 chance", "a fifty/fifty chance"),
+        ("12/24 of them", "twelve twenty-fourths of them"),  # before "of", any denominator
+        ("on 1/2 of the days", "on one half of the days"),  # "of" outweighs the date cue
+        ("Cut 3/16 inch", "Cut three sixteenths inch"),
     ],
 )
 def test_fractions(text: str, expected: str) -> None:

@@ -200,6 +200,29 @@ TRAILING_ABBREVIATIONS: Mapping[str, str] = MappingProxyType(
 
 LATIN_ABBREVIATIONS: Mapping[str, str] = MappingProxyType({"eg": "for example", "ie": "that is"})
 
+# Abbreviations expanded only before a number (lower-cased keys; "ext." alone may be a
+# file's extension): the number after them is read digit by digit, as in a telephone number.
+BEFORE_NUMBER_ABBREVIATIONS: Mapping[str, str] = MappingProxyType({"ext": "extension"})
+
+# Comparison signs, read only in a comparison's shape (before a number, or between words
+# with a space on each side), so that markup ("<b>"), arrows ("->", "=>") and shifts ("<<")
+# are left alone.
+COMPARISONS: Mapping[str, str] = MappingProxyType(
+    {
+        "<": "less than",
+        ">": "greater than",
+        "<=": "less than or equal to",
+        ">=": "greater than or equal to",
+        "\u2264": "less than or equal to",
+        "\u2265": "greater than or equal to",
+    }
+)
+
+# Denominators a reader names as fractions ("3/4", "5/8"; "24/7" and "50/50" are not
+# fractions to them). A month/day without a year ("3/15") whose day is one of these is a
+# fraction, unless a date cue stands before it.
+FRACTION_DENOMINATORS = frozenset({2, 3, 4, 5, 6, 8, 10, 12, 16, 32, 64, 100})
+
 WEEKDAY_ABBREVIATIONS: Mapping[str, str] = MappingProxyType(
     {
         "Mon": "Monday",
@@ -233,6 +256,10 @@ YEAR_CUE_WORDS = (
     "through",
     "year",
 )
+
+# Words after which a month/day without a year ("on 1/2", "Mon 12/24") is a date even where
+# it could be a fraction; weekdays (WEEKDAY_ABBREVIATIONS, full and abbreviated) count too.
+DATE_CUE_WORDS = ("on", "until", "till", "since", "due", "through", "thru", "dated", "expires")
 
 ERA_LETTERS: Mapping[str, str] = MappingProxyType(
     {

@@ -40,6 +40,14 @@ Deliberate reading choices (the unit tests pin each of them):
   "15 March 2024" and "3/15/2024" all become
   "March fifteenth, twenty twenty-four".  Numeric dates are read US style
   (month/day/year) unless the first number cannot be a month.
+* A month and day without a year ("12/24", "3/15") is a date ("December
+  twenty-fourth") when its day is not a fraction's denominator (2, 3, 4, 5,
+  6, 8, 10, 12, 16, 32, 64, 100), or after a date cue ("on", "until",
+  "since", "due", "through", a weekday...: "on 1/2" is "January second",
+  "on 24/12" "December twenty-fourth"); before "of" it is always a fraction
+  ("12/24 of them" -> "twelve twenty-fourths of them"), and otherwise a
+  common fraction stays one ("3/4 cup" -> "three quarters cup").  What is
+  neither ("24/7", "50/50") is left to the rules after.
 * Money with cents: "$3.50" -> "three dollars and fifty cents".
 * Units use US spelling ("kilometers", "liters") and are singular only
   for exactly "1" ("1 km" -> "one kilometer", "1.0 km" -> "one point zero
@@ -47,6 +55,12 @@ Deliberate reading choices (the unit tests pin each of them):
 * "Dr." is "Doctor" before a capitalised word, "Drive" after a capitalised
   word otherwise; "St." is "Saint" before a capitalised word, otherwise
   "Street".  A trailing abbreviation that ends a sentence keeps its period.
+* "ext." (or "ext") before a number is "extension", its digits read one by
+  one as in a telephone number: "ext. 204" -> "extension two zero four".
+* "<" and ">" ("<=", ">=", "≤", "≥") are "less than", "greater than" (... "or
+  equal to") before a number ("costs < 5 dollars", "x>3") or between words
+  with a space each side ("a < b"); elsewhere (markup, arrows, "<<") they are
+  left alone.
 * Month abbreviations with a period ("Jan.") are always expanded, so the
   name "Jan." at the end of a sentence would be read as "January".
 * Dotted number groups such as versions or addresses ("1.2.3") are read
@@ -68,8 +82,10 @@ from triton_tts.text.english_data import (
     AFTER_NFKC,
     BEFORE_NFKC,
     CURRENCIES,
+    DATE_CUE_WORDS,
     DAYS_IN_MONTH,
     ERA_LETTERS,
+    FRACTION_DENOMINATORS,
     LATIN_ABBREVIATIONS,
     LEADING_ABBREVIATIONS,
     MONTH_ABBREVIATIONS,
@@ -236,6 +252,34 @@ def _rewrite_numeric_date(match: re.Match[str]) -> str:
     month, day = (first, second) if first <= 12 else (second, first)
     words = _say_date(month, day, int(match.group("year")))
     return match.group(0) if words is None else _fit(match, words)
+
+
+_DATE_CUE = "|".join(
+    [*DATE_CUE_WORDS, *dict.fromkeys(WEEKDAY_ABBREVIATIONS.values()), _alternation(WEEKDAY_ABBREVIATIONS)]
+)
+_SLASHED_MONTH_DAY = re.compile(
+    rf"(?:(?<!\w)(?P<cue>(?i:{_DATE_CUE}))\.?,?\s+)?(?<![\w.,/\-])"
+    r"(?P<first>[0-9]{1,2})/(?P<second>[0-9]{1,2})(?![\w/])(?![.,][0-9])"
+)
+
+
+def _rewrite_slashed_month_day(match: re.Match[str]) -> str:
+    """A month and day without a year, by context: after a date cue a date (day first
+    when the first number cannot be a month); before "of" a fraction; otherwise a date
+    unless the day is a fraction's denominator. What stays goes on to the fraction rule."""
+    first, second = int(match.group("first")), int(match.group("second"))
+    if context.FRACTION_FOLLOWS.match(match.string, match.end()):
+        return match.group(0)
+    if match.group("cue") is not None:
+        month, day = (first, second) if first <= 12 else (second, first)
+    elif second in FRACTION_DENOMINATORS:
+        return match.group(0)
+    else:
+        month, day = first, second
+    words = _say_date(month, day, None)
+    if words is None:
+        return match.group(0)
+    return _fit(match, match.string[match.start() : match.start("first")] + words)
 
 
 _MONTH_DAY_DATE = re.compile(rf"(?<!\w){_MONTH}\s+{_DAY}(?!\w)(?![.,:][0-9]){_DATE_YEAR}?")
@@ -538,8 +582,11 @@ class _Rewrite(NamedTuple):
 # Order matters: the most specific forms go first so that, for example, a date
 # is claimed before its parts could be read as plain numbers.
 _REWRITES: tuple[_Rewrite, ...] = (
+    # A comparison reads its sign before the numbers around it are rewritten.
+    _Rewrite(context.COMPARISON, context.say_comparison, needs_digits=False),
     _Rewrite(_ISO_DATE, _rewrite_iso_date, needs_digits=True),
     _Rewrite(_NUMERIC_DATE, _rewrite_numeric_date, needs_digits=True),
+    _Rewrite(_SLASHED_MONTH_DAY, _rewrite_slashed_month_day, needs_digits=True),
     _Rewrite(_MONTH_DAY_DATE, _rewrite_named_month_date, needs_digits=True),
     _Rewrite(_DAY_MONTH_DATE, _rewrite_named_month_date, needs_digits=True),
     _Rewrite(_MONTH_YEAR_DATE, _rewrite_named_month_date, needs_digits=True),
@@ -555,6 +602,7 @@ _REWRITES: tuple[_Rewrite, ...] = (
     _Rewrite(_DOTTED_ABBREVIATION, _rewrite_dotted_abbreviation, needs_digits=False),
     _Rewrite(_LATIN_ABBREVIATION, _rewrite_latin_abbreviation, needs_digits=False),
     _Rewrite(_BARE_ABBREVIATION, _rewrite_bare_abbreviation, needs_digits=False),
+    _Rewrite(context.BEFORE_NUMBER_ABBREVIATION, context.say_before_number_abbreviation, needs_digits=True),
     _Rewrite(_NUMBER_SIGN, _rewrite_number_sign, needs_digits=True),
     _Rewrite(_PREFIX_MONEY, _say_money, needs_digits=True),
     _Rewrite(_SUFFIX_MONEY, _say_money, needs_digits=True),
