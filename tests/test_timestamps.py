@@ -1,5 +1,5 @@
 """Word timestamps through the real server: TIMESTAMPS on ``tts`` and ``tts_stream``,
-words as written (a rewritten "$3.50" is one word), in order, within the audio, and where
+words as written (a rewritten "$3.50" is one word, "6:05 a.m." two), in order, within the audio, and where
 an offline recogniser hears them (pocketsphinx's forced alignment, ``Decoder.seg()``)."""
 
 from __future__ import annotations
@@ -46,6 +46,16 @@ def test_words_as_written_in_order_within_the_audio(server: TritonServer) -> Non
     _check_in_order(words, audio.size / rate)
     spans = {w: end - start for w, start, end in words}
     assert spans["$3.50"] > 3 * spans["paid"]  # "three dollars and fifty cents"
+
+
+def test_each_written_word_of_a_rewritten_run_has_its_own_entry(server: TritonServer) -> None:
+    # times, dates with abbreviations and units are rewritten across written words
+    text = "We left at 6:05 a.m. on Jan. 3rd! It was 3.2 km, i.e. close."
+    audio, rate, words = _timed(server, text, NOISE_SCALE=0.0, NOISE_W=0.0)
+    assert [w for w, _, _ in words] == text.split()
+    _check_in_order(words, audio.size / rate)
+    spans = {w: end - start for w, start, end in words}
+    assert spans["6:05"] > spans["at"] and spans["3.2"] > spans["It"]  # "six oh five", "three point two"
 
 
 def test_without_timestamps_no_words_come_back(server: TritonServer) -> None:

@@ -32,6 +32,63 @@ def test_a_rewritten_word_is_one_group_spanning_what_it_became() -> None:
     assert [i for _, span in groups for i in span] == list(range(len(spoken)))
 
 
+def _said(written: str) -> list[tuple[str, str]]:
+    """Each written word's entry and what it is said as (triton_tts.text.words.word_groups)."""
+    spoken = normalize_english(written).split()
+    return [(text, " ".join(spoken[s.start : s.stop])) for text, s in word_groups(written, spoken, False)]
+
+
+@pytest.mark.parametrize(
+    ("written", "said"),
+    [
+        # times: "6:05 a.m." said "six oh five a m." is two written words, two entries
+        ("We left at 6:05 a.m.", [("6:05", "six oh five"), ("a.m.", "a m.")]),
+        ("at 10:00 am, we ate", [("10:00", "ten"), ("am,", "a m,")]),
+        ("In 1066 A.D. it fell", [("1066", "ten sixty-six"), ("A.D.", "A D")]),
+        # dates with abbreviations
+        ("Jan. 3rd!", [("Jan.", "January"), ("3rd!", "third!")]),
+        ("on Jan. 5, 2024 we met", [("Jan.", "January"), ("5,", "fifth,"), ("2024", "twenty twenty-four")]),
+        ("in Sept. 2021", [("Sept.", "September"), ("2021", "twenty twenty-one")]),
+        # units and Latin abbreviations
+        ("3.2 km, i.e. far", [("3.2", "three point two"), ("km,", "kilometers,"), ("i.e.", "that is")]),
+        (
+            "at 25 km/h, e.g. slow",
+            [("25", "twenty-five"), ("km/h,", "kilometers per hour,"), ("e.g.", "for example")],
+        ),
+        ("costs < 5 dollars", [("<", "less than"), ("5", "five")]),
+        ("call ext. 204 now", [("ext.", "extension"), ("204", "two zero four")]),
+    ],
+)
+def test_each_written_word_of_a_rewritten_run_has_its_own_entry(
+    written: str, said: list[tuple[str, str]]
+) -> None:
+    entries = _said(written)
+    assert [text for text, _ in entries] == written.split()
+    for word, words in said:
+        assert dict(entries)[word] == words
+
+
+def test_a_rewrite_that_reorders_its_words_stays_one_entry() -> None:
+    # "25 Dec. 2020" is said "December twenty-fifth, ...": its words' times are not in order
+    assert _said("on 25 Dec. 2020 we met")[1] == ("25 Dec. 2020", "December twenty-fifth, twenty twenty")
+    # "March" is said as written, but "15" moved past it: not lost, one entry with them
+    assert _said("on 15 March 2024 we met")[1] == ("15 March 2024", "March fifteenth, twenty twenty-four")
+
+
+def test_without_a_normaliser_a_run_is_split_at_spelled_letters_or_evenly() -> None:
+    groups = written_groups(["6:05", "a.m."], ["six", "oh", "five", "a", "m."])
+    assert [(text, list(span)) for text, span in groups] == [("6:05", [0, 1, 2]), ("a.m.", [3, 4])]
+    groups = written_groups(["1/2", "3/4"], ["one", "half", "three", "quarters"])
+    assert [(text, list(span)) for text, span in groups] == [("1/2", [0, 1]), ("3/4", [2, 3])]
+
+
+def test_a_long_rewritten_run_gives_every_word_its_entry() -> None:
+    written = " ".join(f"{n} km" for n in range(1, 400))
+    groups = word_groups(written, normalize_english(written).split(), False)
+    assert [text for text, _ in groups] == written.split()
+    assert [i for _, span in groups for i in span] == list(range(len(normalize_english(written).split())))
+
+
 def test_written_words_that_say_nothing_are_left_out() -> None:
     groups = written_groups(["Stop", "*", "now."], ["Stop", "now."])
     assert [(text, list(span)) for text, span in groups] == [("Stop", [0]), ("now.", [1])]
@@ -84,6 +141,22 @@ def test_the_clock_times_words_across_chunks_from_the_start_of_the_audio() -> No
     )
     assert [w.text for w in second] == ["$3.50", "today."]
     assert [(w.start, w.end) for w in second] == [pytest.approx((0.3, 1.5)), pytest.approx((1.5, 1.9))]
+
+
+def test_the_clock_gives_each_word_of_a_rewritten_run_its_own_time() -> None:
+    text = "Jan. 3rd! At 6:05 a.m."
+    spoken = normalize_english(text)  # "January third! At six oh five a m."
+    clock = WordClock(text, [spoken])
+    timed = spoken.split()
+    times = np.array([[i * 0.25, (i + 1) * 0.25] for i in range(len(timed))])
+    words = clock.add(timed, times, 2.5)
+    assert [(w.text, w.start, w.end) for w in words] == [
+        ("Jan.", 0.0, 0.25),
+        ("3rd!", 0.25, 0.5),
+        ("At", 0.5, 0.75),
+        ("6:05", 0.75, 1.5),
+        ("a.m.", 1.5, 2.0),
+    ]
 
 
 def test_the_clock_follows_a_chunk_said_in_halves() -> None:

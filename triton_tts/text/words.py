@@ -6,8 +6,14 @@ Word timestamps (docs/api.md, "Word timestamps") come from the acoustic model's 
 * **Written -> spoken.** Normalisation rewrites words ("$3.50" -> "three dollars and fifty
   cents"). :func:`written_groups` aligns the written words with the spoken ones (a
   difflib alignment of whitespace-separated tokens): a word left as it was is its own
-  group; a run of written words that became other words is one group, spanning all the
-  spoken words it became. So "$3.50" is one word with one start and one end.
+  group; a word that became other words spans all of them, so "$3.50" is one word with
+  one start and one end. A run of written words rewritten together ("6:05 a.m." said "six
+  oh five a m.") is split back into its words by their share of what it became, found by
+  normalising its words alone and a few together ("6:05" is "six oh five") or by their
+  letters spelled out ("a.m." is "a m"), so each written word has its own entry. A run
+  stays one entry where its words cannot be told apart in written order: a rewrite that
+  reorders them ("25 Dec." said "December twenty-fifth"; "15 March 2024", whose "15"
+  moved past a word said as written), or one said in fewer words than were written.
 * **Spoken -> phonemes.** espeak-ng reads a whole clause at once, and it sometimes joins
   words ("of the" as one phoneme word). :func:`phoneme_owners` aligns the clause's phoneme
   words with each spoken word's phonemes read alone (a monotone alignment by length that
@@ -21,15 +27,17 @@ from __future__ import annotations
 
 import bisect
 import difflib
+import itertools
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from triton_tts.text.frontend import ENGLISH, normalizer
 from triton_tts.text.marks import CLOSE, MARKS, OPEN, SPACE
 
 NO_WORD = -1  # an id or letter that belongs to no word (framing, punctuation, spaces)
@@ -66,7 +74,8 @@ def word_groups(written: str, spoken: Sequence[str], chinese: bool) -> list[tupl
     (triton_tts.text.chinese.segment), each spanning the units its characters became, so
     that "¥12.50" is one word said as "十二元五角" (a rewrite that crosses words joins them)."""
     if not chinese:
-        return written_groups(tokens(written), spoken)
+        # every language but Mandarin is normalised as English (frontend.normalizer)
+        return written_groups(tokens(written), spoken, normalizer(ENGLISH))
     from triton_tts.text.chinese import segment
 
     spans = unit_spans(written, True)
@@ -112,10 +121,134 @@ def aligned_ranges(written: Sequence[str], spoken: Sequence[str]) -> list[tuple[
     return groups
 
 
-def written_groups(written: Sequence[str], spoken: Sequence[str]) -> list[tuple[str, range]]:
-    """Each written word (or run of rewritten words, joined by spaces) with the range of
-    ``spoken`` words it became (:func:`aligned_ranges`)."""
-    return [(" ".join(written[w.start : w.stop]), s) for w, s in aligned_ranges(written, spoken)]
+def written_groups(
+    written: Sequence[str], spoken: Sequence[str], normalize: Callable[[str], str] | None = None
+) -> list[tuple[str, range]]:
+    """Each written word with the range of ``spoken`` words it became (:func:`aligned_ranges`);
+    a run rewritten together is split into its words (:func:`_split_run`, by ``normalize``:
+    the normaliser that made ``spoken``; None: by letters spelled out, or evenly), or kept
+    whole, its words joined by spaces, where it cannot be split in written order."""
+    groups = []
+    for w, s in _with_moved_words(written, spoken, aligned_ranges(written, spoken)):
+        words = written[w.start : w.stop]
+        spans = _split_run(words, spoken[s.start : s.stop], normalize) if len(words) > 1 else None
+        if spans is None:
+            groups.append((" ".join(words), s))
+        else:
+            groups.extend(
+                (word, range(s.start + a, s.start + b)) for word, (a, b) in zip(words, spans, strict=True)
+            )
+    return groups
+
+
+def _with_moved_words(
+    written: Sequence[str], spoken: Sequence[str], groups: list[tuple[range, range]]
+) -> list[tuple[range, range]]:
+    """``groups`` with a written word that has letters or digits but was aligned with
+    nothing joined to the rewrite after it (and a word left as it was between them): a
+    rewrite moved it ("15 March 2024" said "March fifteenth, ...": "15" is not lost)."""
+
+    def same(w: range, s: range) -> bool:
+        return len(w) == len(s) == 1 and written[w.start] == spoken[s.start]
+
+    out: list[tuple[range, range]] = []
+    covered = 0  # written words before this are in a group or said nothing
+    k = 0
+    while k < len(groups):
+        w, s = groups[k]
+        moved = any(c.isalnum() for word in written[covered : w.start] for c in word)
+        if moved and same(w, s) and k + 1 < len(groups) and not same(*groups[k + 1]):
+            w, s = range(covered, groups[k + 1][0].stop), range(s.start, groups[k + 1][1].stop)
+            k += 1
+        elif moved and not same(w, s):
+            w = range(covered, w.stop)
+        out.append((w, s))
+        covered, k = w.stop, k + 1
+    return out
+
+
+def _letters_of(word: str) -> str:
+    return "".join(c for c in word.lower() if c.isalpha())
+
+
+def _said_as(words: Sequence[str]) -> list[str]:
+    return [w.lower().strip(".,;:!?\"'()") for w in words]
+
+
+_CUT_REACH = 16  # spoken words a cut is looked for in, past the one before it
+_CONTEXT_WORDS = 3  # written words normalised together to find a cut ("Jan. 5, 2024")
+
+
+def _split_run(
+    words: Sequence[str], said: Sequence[str], normalize: Callable[[str], str] | None
+) -> list[tuple[int, int]] | None:
+    """[start, stop) of ``said`` for each of a run of written ``words`` rewritten together,
+    in order, each at least one spoken word; None where the run stays whole (fewer spoken
+    words than written, or reordered). The cuts are found left to right (:func:`_cut`),
+    each near the one before it: a long run costs a few short normalisations a word."""
+    k, m = len(words), len(said)
+    if m < k:
+        return None
+    bounds = [0]
+    for i in range(1, k):
+        # at least one spoken word for each word before and after the cut
+        lowest, highest = bounds[-1] + 1, m - (k - i)
+        evenly = bounds[-1] + round((m - bounds[-1]) / (k - i + 1))
+        found = _cut(words, i, said, bounds, normalize)
+        bounds.append(min(max(evenly if found is None else found, lowest), highest))
+    bounds.append(m)
+    spans = list(itertools.pairwise(bounds))
+    # A written word whose letters begin a spoken word near it but outside its own share
+    # was moved by the rewrite ("25 Dec." said "December twenty-fifth"): its times are not
+    # in written order.
+    for word, (a, b) in zip(words, spans, strict=True):
+        letters = _letters_of(word)
+        near = range(max(0, a - _CUT_REACH), min(m, b + _CUT_REACH))
+        seen = [j for j in near if letters and _letters_of(said[j]).startswith(letters)]
+        if seen and not any(a <= j < b for j in seen):
+            return None
+    return spans
+
+
+def _cut(
+    words: Sequence[str],
+    i: int,
+    said: Sequence[str],
+    bounds: Sequence[int],
+    normalize: Callable[[str], str] | None,
+) -> int | None:
+    """Where ``said`` divides between ``words[i - 1]`` and ``words[i]`` of a run (``bounds``:
+    the cuts before), first found of: after what the words up to the cut become normalised
+    together ("Jan. 5," is "January fifth," in "January fifth, twenty twenty-four"); where
+    what the words from it become begins ("< 5" is "less than five": "5" alone is "five");
+    where ``words[i]``'s letters are spelled out ("10:00 am" is "ten a m": "am" alone stays
+    "am"); after as many words as ``words[i - 1]`` becomes alone ("ext." said "extension");
+    None (no normaliser, nothing found)."""
+    last = bounds[-1]
+    reach = range(last + 1, min(len(said), last + 1 + _CUT_REACH))
+    alone: list[str] = []
+    if normalize is not None:
+        j = max(0, i - _CONTEXT_WORDS)
+        head = _said_as(normalize(" ".join(words[j:i])).split())
+        if (
+            head
+            and bounds[j] + len(head) > last
+            and head == _said_as(said[bounds[j] : bounds[j] + len(head)])
+        ):
+            return bounds[j] + len(head)
+        tail = _said_as(normalize(" ".join(words[i : i + _CONTEXT_WORDS])).split())
+        for c in reach:
+            if tail and tail == _said_as(said[c : c + len(tail)]):
+                return c
+        alone = normalize(words[i - 1]).split()
+    letters = _letters_of(words[i])
+    for c in reach:
+        spelled = ""
+        for s in said[c : c + len(letters)]:
+            spelled += _letters_of(s)
+            if letters and spelled == letters:
+                return c
+    return last + len(alone) if alone else None
 
 
 def _size(phonemes: str) -> int:
