@@ -105,6 +105,20 @@ def test_a_long_clause_goes_when_the_writer_pauses(socket: Connection) -> None:
     assert json.loads(message)["texts"] == 2
 
 
+def test_a_clause_ending_on_its_comma_goes_when_the_writer_stalls(socket: Connection) -> None:
+    # An LLM's tokens carry their space in front: the stall comes after "," and before " the".
+    tokens = ["When", " the", " weather", " turns", " cold", " in", " the", " northern", " valleys", ","]
+    for token in tokens:
+        send(socket, type="append", text=token)
+    assert next_json(socket)["type"] == "start"  # the stall sent the clause
+    send(socket, type="append", text=" the")
+    send(socket, type="flush")
+    send(socket, type="end")
+    while not isinstance(message := receive(socket), str) or json.loads(message)["type"] == "ping":
+        pass
+    assert json.loads(message)["texts"] == 2
+
+
 def test_flush_speaks_what_is_held(socket: Connection) -> None:
     send(socket, type="append", text="Yes")
     send(socket, type="flush")

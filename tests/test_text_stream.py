@@ -6,6 +6,7 @@ settled cut is one that the whole text's chunking (split_text) also makes."""
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 
@@ -40,6 +41,11 @@ def test_clause_cut() -> None:
     assert text[: clause_cut(text)] == "When the rain came, we ran; "
     assert clause_cut("no break here") == 0
     assert clause_cut("a trailing comma,") == 0  # the next character is not there yet
+    # once the writer has paused, a mark that ends the text ends its clause
+    assert clause_cut("then to sixty,", paused=True) == len("then to sixty,")
+    assert clause_cut("then to sixty, ", paused=True) == len("then to sixty, ")
+    assert clause_cut("we ran; and then", paused=True) == len("we ran; ")
+    assert clause_cut("it cost 1,", paused=True) == 0  # "1," may yet be "1,000"
 
 
 def _pieces(text: str, rng: random.Random) -> list[str]:
@@ -78,6 +84,62 @@ def test_a_long_clause_goes_when_the_writer_pauses_and_a_short_one_waits() -> No
     assert stream.append(clause) == []
     assert stream.paused() == ["When the weather turns cold in the northern valleys,"]
     assert stream.held == "the "
+
+
+CLAUSE = "When the weather turns cold in the northern valleys,"
+
+
+def _llm_tokens(text: str, space_in_front: bool) -> list[str]:
+    """The text as an LLM's tokens: words with their space in front (" the"), punctuation
+    alone (","), or words with their space behind ("the ")."""
+    if space_in_front:
+        return re.findall(r" ?[^\s,.;]+|[,.;]", text)
+    return re.findall(r"\S+\s*", text)
+
+
+@pytest.mark.parametrize("space_in_front", [True, False])
+def test_a_clause_ending_on_its_mark_goes_when_the_writer_stalls(space_in_front: bool) -> None:
+    stream = TextStream(max_held_chars=4000)
+    tokens = _llm_tokens(CLAUSE + " the wind comes down from the hills.", space_in_front)
+    comma = next(i for i, token in enumerate(tokens) if "," in token) + 1
+    assert [t for token in tokens[:comma] for t in stream.append(token)] == []
+    assert stream.held.rstrip().endswith(",")  # the stall comes before the next token
+    assert stream.paused() == [CLAUSE]
+    assert [t for token in tokens[comma:] for t in stream.append(token)] == []
+    assert stream.flush() == ["the wind comes down from the hills."]
+
+
+def test_a_short_clause_or_a_number_waits_through_a_stall() -> None:
+    stream = TextStream(max_held_chars=4000)
+    for token in ["Well", ","]:
+        stream.append(token)
+    assert stream.paused() == []  # "Well," alone would lose its sentence's intonation
+    stream.flush()
+    for token in [*_llm_tokens("The crowd in the square had grown to more than 1", True), ","]:
+        stream.append(token)
+    assert stream.paused() == []  # "1," may yet become "1,000"
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("space_in_front", [True, False])
+def test_llm_tokens_with_stalls_send_the_whole_text_at_clause_and_sentence_ends(
+    seed: int, space_in_front: bool
+) -> None:
+    rng = random.Random(seed)
+    text = " ".join(rng.sample(PARAGRAPH.split(". "), 4))
+    stream = TextStream(max_held_chars=4000)
+    sent: list[str] = []
+    for token in _llm_tokens(text, space_in_front):
+        sent += stream.append(token)
+        if token.strip() == "," or rng.random() < 0.2:  # the writer stalls
+            stalled = stream.paused()
+            assert all(t[-1] in ",;:" and len(t) >= MIN_CLAUSE_CHARS for t in stalled), stalled
+            sent += stalled
+    sent += stream.flush()
+    assert "".join(sent).replace(" ", "") == text.replace(" ", "")
+    assert all(t.strip() == t and t for t in sent)
+    clauses = [t for t in sent if t[-1] in ",;:"]
+    assert clauses, sent  # the paragraph's long clauses went at their stalls
 
 
 def test_a_run_with_no_end_goes_at_its_clauses_or_words_past_the_chunk_limit() -> None:

@@ -62,6 +62,9 @@ _NEXT_CHARACTER = re.compile(r"\s*(\S?)")
 # Where a sentence may be cut when it is too long: after clause punctuation, then between words.
 # The cut is at the "gap" group: the space after the mark (or nothing after a CJK mark).
 _CLAUSE_BREAK = re.compile(rf"(?:[,;:—–](?=[ {_CJK}])|[，、；：])(?P<gap> ?)")
+# A text still being written whose writer paused on a clause mark ("sixty,": an LLM's next
+# token brings the space): the mark ends its clause, unless after a digit ("1," may be "1,000").
+_CLAUSE_MARK_AT_END = re.compile(r"(?<![0-9])[,;:—–，、；：]\s*\Z")
 _WORD_BREAK = re.compile(r"(?P<gap> )")
 # Where a word longer than a chunk is cut (between two characters), safest first: after
 # punctuation, before a letter or digit ("one,two", URLs and paths, base64's "+/",
@@ -187,9 +190,14 @@ def settled_sentences(text: str) -> int:
     return settled
 
 
-def clause_cut(text: str) -> int:
+def clause_cut(text: str, paused: bool = False) -> int:
     """The offset after the last clause break of ``text`` (",;:—–" before a space, or
-    "，、；："), 0 if there is none: where a long clause may go before its sentence ends."""
+    "，、；："), 0 if there is none: where a long clause may go before its sentence ends.
+    ``paused``: the writer of a text still being written has paused, so a mark that ends
+    the text is a break too, whichever side of the space its pieces carry (not after a
+    digit: "1," may yet become "1,000")."""
+    if paused and _CLAUSE_MARK_AT_END.search(text):
+        return len(text)
     cut = 0
     for brk in _CLAUSE_BREAK.finditer(text):
         cut = brk.end()

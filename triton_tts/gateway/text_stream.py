@@ -44,8 +44,9 @@ class TextStream:
 
     def paused(self) -> list[str]:
         """The writer paused (:data:`CLAUSE_WAIT_S`): the held text up to its last clause
-        break, if that is a long clause."""
-        cut = clause_cut(self.held)
+        break, if that is a long clause. A piece that ended on its mark ("valleys,", an
+        LLM's tokens carry their space in front) ends a clause there."""
+        cut = clause_cut(self.held, paused=True)
         return self._take(cut) if len(self.held[:cut].strip()) >= MIN_CLAUSE_CHARS else []
 
     def flush(self) -> list[str]:
