@@ -161,7 +161,7 @@ def test_a_deadline_the_wait_would_pass_is_refused_at_once(plain: Serve) -> None
             refused_at = time.monotonic()
             assert not done, "refused only after a paragraph ahead was answered"
         patient = client.infer("tts", tts_inputs(grpcclient, SENTENCES[0]))
-        assert patient.as_numpy("AUDIO").size > 22050
+        assert patient.as_numpy("AUDIO").size > 22050 // 2  # its speech (under a second)
     finally:
         client.close()
         for thread in backlog:

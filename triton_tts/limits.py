@@ -29,8 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from triton_tts.batching import FRAME_MULTIPLE  # acoustic graphs pad LATENT's frames to it
-from triton_tts.text.ssml import MAX_BREAK_S
-from triton_tts.validation import MAX_NOISE, InvalidRequest
+from triton_tts.validation import MAX_BREAK_S, MAX_NOISE, InvalidRequest
 
 MAX_CHUNK_SECONDS = 48.0  # of audio per chunk; 400 characters of prose run ~25 s at speed 1
 MAX_CHUNK_IDS = 2048  # phoneme ids per chunk (a bucket of batching.PHONEME_BUCKETS)

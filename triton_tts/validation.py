@@ -19,6 +19,9 @@ MAX_TEXT_CHARS = 1000  # per chunk through the `tts_chunk` pipeline
 MAX_LONG_TEXT_CHARS = 50_000  # per `tts` / `tts_stream` request, chunked internally
 MIN_SPEED, MAX_SPEED = 0.25, 4.0
 MAX_NOISE = 2.0
+# The longest SSML <break> (triton_tts/text/ssml.py refuses longer ones); one of them is
+# always allowed, whatever the text's length (limits.check_audio).
+MAX_BREAK_S = 10.0
 
 
 class InvalidRequest(ValueError):

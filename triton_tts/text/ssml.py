@@ -50,12 +50,11 @@ from triton_tts.text.english_context import FRACTION, TELEPHONE, say_fraction, s
 from triton_tts.text.english_data import DIGIT_WORDS
 from triton_tts.text.english_numbers import cardinal, ordinal, read_digits, year_words
 from triton_tts.text.pronounce import mark
-from triton_tts.validation import MAX_SPEED, MIN_SPEED, InvalidRequest
+from triton_tts.validation import MAX_BREAK_S, MAX_SPEED, MIN_SPEED, InvalidRequest
 
 SSML_NAMESPACE = "http://www.w3.org/2001/10/synthesis"
 # TEXT_FORMAT auto: a text that starts so (after white space) is SSML
 SSML_STARTS = ("<speak", "<?xml", "<!DOCTYPE speak")
-MAX_BREAK_S = 10.0
 # Elements inside one another, <speak> counted: a real document nests speak > p > s >
 # prosody > emphasis > say-as, six. Refused as the parser reaches it, so the reader's
 # recursion (two frames a level) stays far from Python's limit whatever the text.
