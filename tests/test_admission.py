@@ -117,9 +117,10 @@ def test_a_stream_without_room_waits_its_turn(tmp_path: Path) -> None:
     running = [book.admit_stream(f"s{i}", "joe", "", 30.0, 0.0, 10.0) for i in range(2)]
     with pytest.raises(Refused, match="listeners take"):
         book.admit_stream("third", "joe", "", 30.0, 0.0, 10.0)
-    first = book.enqueue_stream("joe", 30.0, 10.0)
+    first, first_wait_s = book.enqueue_stream("joe", 30.0, 10.0)
+    assert first_wait_s == pytest.approx(20.0)  # the two running streams' 20 s left, over 2
     clock.now += 1.0
-    second = book.enqueue_stream("joe", 30.0, 10.0)
+    second, _ = book.enqueue_stream("joe", 30.0, 10.0)
     # the running streams' 19 s left each, and the 20 s the first holds, over 2 at once
     assert book.stream_wait_s(first) == pytest.approx(19.0)
     assert book.stream_wait_s(second) == pytest.approx(19.0 + 10.0)
@@ -137,7 +138,7 @@ def test_a_stream_without_room_waits_its_turn(tmp_path: Path) -> None:
 
 def test_as_many_streams_wait_as_may_run(tmp_path: Path) -> None:
     book = ledger(tmp_path, max_streams=2)
-    tickets = [book.enqueue_stream("joe", 5.0, 10.0) for _ in range(2)]
+    tickets = [book.enqueue_stream("joe", 5.0, 10.0)[0] for _ in range(2)]
     with pytest.raises(Refused, match="2 streams already wait"):
         book.enqueue_stream("joe", 5.0, 10.0)
     book.leave_queue(tickets[0])

@@ -154,11 +154,14 @@ class AdmissionSettings:
     def text_budget(self, timeout_us: int = 0) -> float:
         """How long a text may wait: its own deadline (Triton's request ``timeout``, in
         microseconds; 0: none stated), at most ``max_wait_s``, or ``text_budget_s``."""
-        return min(timeout_us / 1e6, self.max_wait_s) if timeout_us > 0 else self.text_budget_s
+        return self._budget(timeout_us, self.text_budget_s)
 
     def stream_budget(self, timeout_us: int = 0) -> float:
         """How long a stream may wait for room: as :meth:`text_budget`, or ``stream_wait_s``."""
-        return min(timeout_us / 1e6, self.max_wait_s) if timeout_us > 0 else self.stream_wait_s
+        return self._budget(timeout_us, self.stream_wait_s)
+
+    def _budget(self, timeout_us: int, unstated_s: float) -> float:
+        return min(timeout_us / 1e6, self.max_wait_s) if timeout_us > 0 else unstated_s
 
 
 @dataclass
@@ -481,10 +484,11 @@ class Ledger:
             return work
 
     # -- streams waiting for room -----------------------------------------------------
-    def enqueue_stream(self, voice: str, audio_s: float, lead_s: float) -> str:
-        """A place in the queue of streams waiting for room (its ticket, for
-        :meth:`admit_stream`, :meth:`stream_wait_s` and :meth:`leave_queue`); refused when
-        as many streams wait as the server takes in progress (``max_streams``)."""
+    def enqueue_stream(self, voice: str, audio_s: float, lead_s: float) -> tuple[str, float]:
+        """A place in the queue of streams waiting for room: its ticket (for
+        :meth:`admit_stream`, :meth:`stream_wait_s` and :meth:`leave_queue`) and its
+        predicted wait, read in the same critical section; refused when as many streams
+        wait as the server takes in progress (``max_streams``)."""
         with self._state() as state:
             waiting = len(state["queue"])
             if self.settings.max_streams and waiting >= self.settings.max_streams:
@@ -501,7 +505,7 @@ class Ledger:
                     "since": self.clock(),
                 }
             )
-            return ticket
+            return ticket, self._queue_wait(state, self._queued_ahead(state, ticket))
 
     def stream_wait_s(self, ticket: str) -> float:
         """The predicted wait of a queued stream: the admitted streams' time left and the

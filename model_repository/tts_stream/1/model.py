@@ -152,11 +152,10 @@ class TritonPythonModel:
         """A place in the queue for room, or :class:`Refused` at once when the predicted
         wait passes the stream's budget."""
         try:
-            ticket = self.ledger.enqueue_stream(long_text.voice, long_text.audio_s, self.lead_s)
+            ticket, wait_s = self.ledger.enqueue_stream(long_text.voice, long_text.audio_s, self.lead_s)
         except Refused:
             self._count_refused(long_text)
             raise
-        wait_s = self.ledger.stream_wait_s(ticket)
         if wait_s > budget_s:
             self.ledger.leave_queue(ticket)
             self._count_refused(long_text)
