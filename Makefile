@@ -38,11 +38,12 @@ GATEWAY_PORT ?= 8080
 .PHONY: setup setup-serve system-packages dev-system-packages apt-install serve test test-unit lint typecheck check voice repo bench bench-peers soak clean
 
 HELM := .tools/helm
+PERF_ANALYZER := .bench/perf/bin/perf_analyzer
 PROMTOOL := .tools/promtool
 
 # Everything the tests, linters and benchmarks need; setup-serve: only what serving needs.
 setup: setup-serve dev-system-packages $(DEV_STAMP) $(HELM) $(PROMTOOL) $(IMAGE_WHEELS)/.complete \
-	$(CLIENT_WHEELS)/.complete
+	$(CLIENT_WHEELS)/.complete $(PERF_ANALYZER)
 
 setup-serve: system-packages $(SERVE_STAMP) voices/joe/voice.json
 
@@ -149,6 +150,13 @@ soak: setup
 	$(BIN)/python -m benchmarks.soak
 
 # Peers live in their own virtualenvs: never dependencies of the product.
+# perf_analyzer in its own virtualenv: tritonclient 2.51 (the last wheel with it) needs protobuf<5,
+# the project's environment protobuf 6 (tritonclient 2.73, Riva's protos). benchmarks/perf.py finds it.
+$(PERF_ANALYZER): requirements/perf.txt
+	$(PYTHON) -m venv .bench/perf
+	.bench/perf/bin/pip install -q -r requirements/perf.txt
+	touch $@
+
 .bench/piper/bin/python:
 	$(PYTHON) -m venv .bench/piper
 	.bench/piper/bin/pip install -q piper-tts==1.8.0 flask==3.1.3

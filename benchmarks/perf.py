@@ -25,7 +25,6 @@ import logging
 import os
 import shutil
 import subprocess
-import sys
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -54,23 +53,29 @@ CORPUS = COMMANDS * 2 + SENTENCES * 2 + [PARAGRAPH]
 MODELS = ("preprocess", "acoustic", "vocoder", "postprocess", "tts_chunk", "tts")
 
 
-def perf_analyzer_env() -> dict[str, str]:
-    env = dict(os.environ)
-    try:
-        import nvidia.cuda_runtime
+# perf_analyzer lives in its own virtualenv (requirements/perf.txt, `make setup`): tritonclient
+# 2.51's wheel is the last that carries it, and its protobuf<5 cannot share the project's
+# environment (protobuf 6: tritonclient 2.73 and Riva's protos).
+PERF_VENV = Path(__file__).resolve().parent.parent / ".bench" / "perf"
 
-        lib = str(Path(next(iter(nvidia.cuda_runtime.__path__))) / "lib")
-        env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (lib, env.get("LD_LIBRARY_PATH", "")) if p)
-    except ImportError:
-        pass
+
+def perf_analyzer_env() -> dict[str, str]:
+    """The environment perf_analyzer runs in: libcudart.so.12 from its virtualenv's
+    nvidia-cuda-runtime-cu12 on the library path (the binary links against it, GPU or not)."""
+    env = dict(os.environ)
+    libs = sorted(PERF_VENV.glob("lib/python*/site-packages/nvidia/cuda_runtime/lib"))
+    if libs:
+        paths = (str(libs[-1]), env.get("LD_LIBRARY_PATH", ""))
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in paths if p)
     return env
 
 
 def perf_analyzer_binary() -> str:
-    local = Path(sys.executable).parent / "perf_analyzer"
+    """.bench/perf's perf_analyzer, else one on PATH (a Triton SDK image has it)."""
+    local = PERF_VENV / "bin" / "perf_analyzer"
     found = str(local) if local.exists() else shutil.which("perf_analyzer")
     if not found:
-        raise SystemExit("perf_analyzer not found: install tritonclient[all]==2.51.0")
+        raise SystemExit("perf_analyzer not found: `make setup` makes .bench/perf (requirements/perf.txt)")
     return found
 
 
