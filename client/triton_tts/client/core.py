@@ -8,6 +8,7 @@ AsyncTTSClient only make the calls, blocking or awaited, and sleep their own way
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from collections.abc import Mapping
@@ -74,7 +75,30 @@ def build_inputs(lib: Any, text: str | bytes, options: SynthesisOptions) -> list
     ):
         if value is not None:
             inputs.append(tensor(name, np.array([[value]], dtype=np_type), dtype))
+    if options.lexicon is not None:
+        entries = json.dumps(dict(options.lexicon), ensure_ascii=False).encode("utf-8")
+        inputs.append(tensor("LEXICON", np.array([[entries]], dtype=np.object_), "BYTES"))
+    inputs.extend(_clip_inputs(lib, options))
     return inputs
+
+
+def _clip_inputs(lib: Any, options: SynthesisOptions) -> list[Any]:
+    """REFERENCE_AUDIO [1, samples] and REFERENCE_SAMPLE_RATE [1, 1]: a clip needs its rate."""
+    if options.reference_audio is None:
+        if options.reference_sample_rate is not None:
+            raise ValueError("reference_sample_rate is the rate of reference_audio: give the clip too")
+        return []
+    clip = np.asarray(options.reference_audio, dtype=np.float32)
+    if clip.ndim != 1:
+        raise ValueError(f"reference_audio must be mono (one dimension), got shape {clip.shape}")
+    if options.reference_sample_rate is None:
+        raise ValueError("reference_audio needs reference_sample_rate (Hz)")
+    return [
+        _input(lib, "REFERENCE_AUDIO", clip[None], "FP32"),
+        _input(
+            lib, "REFERENCE_SAMPLE_RATE", np.array([[int(options.reference_sample_rate)]], np.int32), "INT32"
+        ),
+    ]
 
 
 def _words(result: Any) -> tuple[WordTime, ...]:

@@ -3,6 +3,7 @@ voices: triton_tts.client.voices)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import numpy.typing as npt
 import soundfile as sf
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # eq=False: a clip (an array) has no truth value to compare by
 class SynthesisOptions:
     """Optional inputs of the ``tts`` model; None leaves the input out (server default)."""
 
@@ -32,6 +33,14 @@ class SynthesisOptions:
     # server refuses at once what it predicts would wait longer. None: a text's whole-call
     # timeout (sent as Triton's request timeout), a stream's the server's default wait.
     max_wait_s: float | None = None
+    # This request's pronunciations, {"word or words": "phonemes"} in the voice's own
+    # symbols (IPA; pinyin for Mandarin voices): the LEXICON input, applied over the
+    # voice's lexicon for this request only (docs/api.md, "Lexicons").
+    lexicon: Mapping[str, str] | None = None
+    # A clip to clone (XTTS voices): float32 mono samples, and their rate in Hz; the
+    # REFERENCE_AUDIO and REFERENCE_SAMPLE_RATE inputs. Other voices refuse a clip.
+    reference_audio: npt.NDArray[np.float32] | None = None
+    reference_sample_rate: int | None = None
 
     @property
     def parameters(self) -> dict[str, str | int] | None:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from contextlib import closing
 from types import TracebackType
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
@@ -70,11 +72,28 @@ class TTSClient(ClientCore):
         timestamps: bool = False,
         text_format: str | None = None,
         max_wait_s: float | None = None,
+        lexicon: Mapping[str, str] | None = None,
+        reference_audio: npt.NDArray[np.float32] | None = None,
+        reference_sample_rate: int | None = None,
     ) -> SynthesisResult:
         """One text (any length) -> the whole audio; unset options take the server's defaults.
-        A busy server's refusal is retried per ``retry``."""
+        ``lexicon``: this request's pronunciations, {"word": "phonemes"} in the voice's own
+        symbols, over the voice's lexicon; ``reference_audio`` (float32 mono) at
+        ``reference_sample_rate``: a clip for an XTTS voice to clone. A busy server's
+        refusal is retried per ``retry``."""
         options = SynthesisOptions(
-            speed, speaker_id, noise_scale, noise_w, voice, caller, timestamps, text_format, max_wait_s
+            speed,
+            speaker_id,
+            noise_scale,
+            noise_w,
+            voice,
+            caller,
+            timestamps,
+            text_format,
+            max_wait_s,
+            lexicon,
+            reference_audio,
+            reference_sample_rate,
         )
         retries = self._retries()
         while True:
@@ -126,13 +145,27 @@ class TTSClient(ClientCore):
         timestamps: bool = False,
         text_format: str | None = None,
         max_wait_s: float | None = None,
+        lexicon: Mapping[str, str] | None = None,
+        reference_audio: npt.NDArray[np.float32] | None = None,
+        reference_sample_rate: int | None = None,
     ) -> Generator[AudioChunk, None, None]:
         """Audio chunks in order as the server makes them (gRPC). Leaving the loop early
         (or closing the generator) cancels the request on the server. A busy server's
         refusal is retried per ``retry``, only before the first chunk."""
         _needs_grpc(self.protocol)
         options = SynthesisOptions(
-            speed, speaker_id, noise_scale, noise_w, voice, caller, timestamps, text_format, max_wait_s
+            speed,
+            speaker_id,
+            noise_scale,
+            noise_w,
+            voice,
+            caller,
+            timestamps,
+            text_format,
+            max_wait_s,
+            lexicon,
+            reference_audio,
+            reference_sample_rate,
         )
         retries = self._retries()
         while True:
@@ -150,6 +183,7 @@ class TTSClient(ClientCore):
 
     def _stream_once(self, text: str | bytes, options: SynthesisOptions) -> Generator[AudioChunk, None, None]:
         """One try: the answers come to a callback, in order, the request's final flag last."""
+        request = self._stream_request(text, options)  # a bad option raises before the call opens
         answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
         self._client.start_stream(
             callback=lambda result, error: answers.put((result, error)), headers=self.headers
@@ -158,9 +192,7 @@ class TTSClient(ClientCore):
         refusal: TTSError | None = None
         try:
             try:
-                self._client.async_stream_infer(
-                    **self._stream_request(text, options), enable_empty_final_response=True
-                )
+                self._client.async_stream_infer(**request, enable_empty_final_response=True)
             except InferenceServerException as err:
                 # The call failed before the request went out (no gRPC server there, say):
                 # tritonclient says only that; the cause came to the callback.
