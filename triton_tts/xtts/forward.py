@@ -42,7 +42,7 @@ from triton_tts.xtts.requests import CANCEL_PARAMETER, JOB_PARAMETER
 from triton_tts.xtts.runner import FloatArray
 
 PASSED_ON = ("SPEED", "LANGUAGE", "REFERENCE_AUDIO", "REFERENCE_SAMPLE_RATE", "TEMPERATURE", "SEED")
-NOT_FOR_XTTS = ("NOISE_SCALE", "NOISE_W")
+NOT_FOR_XTTS = ("NOISE_SCALE", "NOISE_W", "LEXICON")  # LEXICON: XTTS reads letters, no phonemes
 TAGGED = re.compile(r"^\[([A-Z_]+)\] ")
 # Chinese, Japanese and Korean characters (defaults.CJK_CHAR_WEIGHT): CJK ideographs and
 # their extension A, kana, hangul syllables.
