@@ -280,6 +280,8 @@ def running_gateway(
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     cmd = [sys.executable, "-m", "triton_tts.cli", "gateway", "--port", str(port), "--triton-url", grpc_url]
+    if "--riva-port" not in args:  # a free one: gateways started side by side never share Riva's 50051
+        cmd += ["--riva-port", str(free_port())]
     with tempfile.TemporaryFile(mode="w+", encoding="utf-8") as log:
         process = subprocess.Popen(
             [*cmd, *args], stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}

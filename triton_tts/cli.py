@@ -292,7 +292,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def _start_gateway(args: argparse.Namespace, server: TritonServer, supervision: ExitStack) -> None:
     """The gateway as a child process; at a stop it is told first (SIGTERM: it refuses new
     requests and finishes those in flight while Triton drains), and waited for last."""
-    gateway = gateway_command.start_child(args.gateway_port, server.grpc_url, ["--host", args.host])
+    extra = ["--host", args.host, "--riva-port", str(args.riva_port)]
+    gateway = gateway_command.start_child(args.gateway_port, server.grpc_url, extra)
 
     def stop() -> None:
         if gateway.poll() is None:
@@ -355,6 +356,11 @@ def _serve(args: argparse.Namespace, server: TritonServer, supervision: ExitStac
                 f"  OpenAI  http://localhost:{args.gateway_port}/v1/audio/speech   "
                 f"listen: http://localhost:{args.gateway_port}/\n"
                 if args.gateway_port
+                else ""
+            )
+            + (
+                f"  Riva    localhost:{args.riva_port} (gRPC: Riva's TTS API, as NVIDIA plugins speak)\n"
+                if args.gateway_port and args.riva_port
                 else ""
             )
             + "  Ctrl-C stops the server.\n",
@@ -478,6 +484,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         help="also run the OpenAI-compatible gateway (triton-tts gateway) on this port; 0: off "
         f"(`make serve` uses {gateway_command.DEFAULT_PORT}). API keys: env {gateway_command.API_KEY_ENV}",
+    )
+    serve.add_argument(
+        "--riva-port",
+        type=int,
+        default=int(os.environ.get(gateway_command.RIVA_PORT_ENV, gateway_command.DEFAULTS.riva_port)),
+        help="with the gateway: Riva's TTS API (gRPC) on this port; 0: off "
+        f"(env {gateway_command.RIVA_PORT_ENV})",
     )
     add_lexicon_argument(serve)
     add_build_options(serve)

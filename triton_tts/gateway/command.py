@@ -21,6 +21,7 @@ TRITON_URL_ENV = "TRITON_TTS_TRITON_URL"
 CORS_ENV = "TRITON_TTS_CORS_ORIGINS"
 PORT_ENV = "GATEWAY_PORT"
 DEFAULT_PORT = 8080
+RIVA_PORT_ENV = "RIVA_PORT"
 DEFAULTS = GatewaySettings()  # the settings own the defaults; the flags show them
 
 
@@ -145,6 +146,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="do not serve GET /metrics (the gateway's Prometheus metrics; served without an API key)",
     )
     parser.add_argument(
+        "--riva-port",
+        type=int,
+        default=int(os.environ.get(RIVA_PORT_ENV, DEFAULTS.riva_port)),
+        help=f"serve Riva's TTS API (gRPC: Synthesize, SynthesizeOnline, GetRivaSynthesisConfig; the "
+        f"NVIDIA plugins of Pipecat and LiveKit) on this port; 0: off (env {RIVA_PORT_ENV})",
+    )
+    parser.add_argument(
+        "--riva-tls-cert", metavar="PEM", help="TLS on the Riva port: this certificate (chain)"
+    )
+    parser.add_argument("--riva-tls-key", metavar="PEM", help="TLS on the Riva port: the certificate's key")
+    parser.add_argument(
         "--graceful-timeout-s",
         type=float,
         default=60.0,
@@ -159,6 +171,13 @@ def settings_from(args: argparse.Namespace) -> GatewaySettings:
         if not sep or not name.strip() or not target.strip():
             raise SystemExit(f"--voice-alias wants NAME=VOICE[:SPEAKER], got {item!r}")
         aliases[name.strip()] = target.strip()
+    if bool(args.riva_tls_cert) != bool(args.riva_tls_key):
+        raise SystemExit("--riva-tls-cert and --riva-tls-key go together")
+    for path in (args.riva_tls_cert, args.riva_tls_key):
+        if path and not os.path.isfile(path):
+            raise SystemExit(f"no file {path!r} (--riva-tls-cert/--riva-tls-key)")
+    if not 0 <= args.riva_port <= 65535:
+        raise SystemExit(f"--riva-port {args.riva_port} is not a port (0: off)")
     return GatewaySettings(
         triton_url=args.triton_url,
         api_keys=tuple(_split(os.environ.get(API_KEY_ENV))),
@@ -181,6 +200,10 @@ def settings_from(args: argparse.Namespace) -> GatewaySettings:
         voice_aliases=aliases,
         reconnect_s=args.reconnect_s,
         metrics=args.metrics,
+        riva_port=args.riva_port,
+        riva_host=args.host,
+        riva_tls_cert=args.riva_tls_cert,
+        riva_tls_key=args.riva_tls_key,
     )
 
 
@@ -191,9 +214,11 @@ def run(args: argparse.Namespace) -> int:
 
     settings = settings_from(args)
     auth = f"{len(settings.api_keys)} API key(s)" if settings.api_keys else f"no API key (set {API_KEY_ENV})"
+    riva = f"{'grpcs' if settings.riva_tls_cert else 'grpc'}://{args.host}:{settings.riva_port}"
     print(
         f"triton-tts gateway on http://{args.host}:{args.port} -> Triton gRPC {settings.triton_url}; {auth}; "
-        f"CORS {'for ' + ', '.join(settings.cors_origins) if settings.cors_origins else 'off'}",
+        f"CORS {'for ' + ', '.join(settings.cors_origins) if settings.cors_origins else 'off'}; "
+        f"Riva API {riva if settings.riva_port else 'off'}",
         flush=True,
     )
     for name in ("uvicorn.access", "uvicorn.error"):

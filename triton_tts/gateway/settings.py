@@ -44,3 +44,9 @@ class GatewaySettings:
     voice_aliases: dict[str, str] = field(default_factory=dict)  # name -> voice[:speaker]
     reconnect_s: float = 60.0  # a new gRPC channel (Triton's address resolved again); 0: never
     metrics: bool = True  # GET /metrics (no key: like the probes, for Prometheus)
+    # Riva's TTS API (triton_tts.gateway.riva) on its own gRPC port, Riva's own by default;
+    # 0: not served. TLS when a certificate and its key are given (PEM files).
+    riva_port: int = 50051
+    riva_host: str = "127.0.0.1"
+    riva_tls_cert: str | None = None
+    riva_tls_key: str | None = None
