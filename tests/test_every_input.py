@@ -49,7 +49,7 @@ TEXT_MODEL = {
     "NORMALIZE": ("BOOL", [1]),
     "TIMESTAMPS": ("BOOL", [1]),
 }
-LONG_TEXT_MODEL = {**TEXT_MODEL, "TEXT_FORMAT": ("BYTES", [1])}
+LONG_TEXT_MODEL = {**TEXT_MODEL, "TEXT_FORMAT": ("BYTES", [1]), "LEXICON": ("BYTES", [1])}
 VAD_MODEL = {"input": ("FP32", [-1, 576]), "h": ("FP32", [1, 1, 128]), "c": ("FP32", [1, 1, 128])}
 MODELS = {"tts": (LONG_TEXT_MODEL, True), "tts_chunk": (TEXT_MODEL, True), "vad": (VAD_MODEL, False)}
 DTYPES = {"BYTES": np.object_, "FP32": np.float32, "INT64": np.int64, "BOOL": np.bool_, "INT32": np.int32}

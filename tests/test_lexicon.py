@@ -2,10 +2,12 @@
 read and refused by line, entries matched as documented, the reader saying the phonemes
 given; then through the real server: a lexicon served with ``--lexicon`` and SSML's
 ``phoneme`` make the voice say what they say (a recogniser hears it), words keep their
-written form in the timestamps, and bad phonemes are a clear 400."""
+written form in the timestamps, a request's own entry (LEXICON) wins over a served one for
+that request only, and bad phonemes are a clear 400."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -85,7 +87,12 @@ def lexicon_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonS
 
 def _say(server: TritonServer, text: str, **options: object) -> tuple[npt.NDArray[np.float32], object]:
     client = grpcclient.InferenceServerClient(server.grpc_url)
-    result = client.infer("tts", tts_inputs(grpcclient, text, NOISE_SCALE=0.0, NOISE_W=0.0, **options))  # type: ignore[arg-type]
+    lexicon = options.pop("LEXICON", None)  # this request's entries (tests/test_request_lexicon.py)
+    inputs = tts_inputs(grpcclient, text, NOISE_SCALE=0.0, NOISE_W=0.0, **options)  # type: ignore[arg-type]
+    if lexicon is not None:
+        inputs.append(grpcclient.InferInput("LEXICON", [1, 1], "BYTES"))
+        inputs[-1].set_data_from_numpy(np.array([[str(lexicon).encode()]], dtype=np.object_))
+    result = client.infer("tts", inputs)
     return result.as_numpy("AUDIO").reshape(-1), result
 
 
@@ -96,6 +103,17 @@ def test_a_served_lexicon_says_its_entry_and_times_the_written_word(lexicon_serv
     assert [w for w, _, _ in timed_words(result)] == ["I", "like", "Tomato", "soup."]
     same, _ = _say(lexicon_server, "I like potato soup.")
     assert np.array_equal(audio, same)  # the entry's phonemes, exactly
+
+
+@pytest.mark.server
+def test_a_requests_entry_wins_over_the_served_one_for_that_request_only(
+    lexicon_server: TritonServer,
+) -> None:
+    carrot = espeak("en-us").symbols(["carrot"], "piper-phonemes")[0]
+    given, _ = _say(lexicon_server, "I like tomato soup.", LEXICON=json.dumps({"tomato": carrot}))
+    assert np.array_equal(given, _say(lexicon_server, "I like carrot soup.")[0])
+    served, _ = _say(lexicon_server, "I like tomato soup.")  # the served entry, as before
+    assert np.array_equal(served, _say(lexicon_server, "I like potato soup.")[0])
 
 
 def test_ssml_phoneme_says_its_phonemes(server: TritonServer) -> None:

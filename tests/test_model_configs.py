@@ -90,10 +90,11 @@ def test_long_text_models() -> None:
     ]
     for name in ("tts", "tts_stream"):
         # the chunk's inputs, TEXT_FORMAT (tts and tts_stream read SSML, their chunks are
-        # text), and what they pass on to an XTTS voice's model
+        # text), LEXICON (the request's own pronunciations, marked in the chunks' text), and
+        # what they pass on to an XTTS voice's model
         xtts = ["LANGUAGE", "REFERENCE_AUDIO", "REFERENCE_SAMPLE_RATE", "TEMPERATURE", "SEED"]
         chunk = [t.name for t in models["tts_chunk"].input]
-        assert [t.name for t in models[name].input] == [*chunk, "TEXT_FORMAT", *xtts]
+        assert [t.name for t in models[name].input] == [*chunk, "TEXT_FORMAT", "LEXICON", *xtts]
         assert set(xtts) <= {t.name for t in model_configs.xtts("xtts").input}
         voices = json.loads(models[name].parameters["voices"].string_value)
         assert [v["name"] for v in voices] == ["joe"] and voices[0]["model"] == "tts_chunk"

@@ -91,6 +91,7 @@ def test_model_metadata_names_the_contract(http) -> None:
         "NORMALIZE": "BOOL",
         "TIMESTAMPS": "BOOL",
         "TEXT_FORMAT": "BYTES",
+        "LEXICON": "BYTES",
         # passed on to an XTTS voice's model (triton_tts/xtts/forward.py)
         "LANGUAGE": "BYTES",
         "REFERENCE_AUDIO": "FP32",

@@ -41,11 +41,17 @@ from triton_tts.errors import RequestErrors
 from triton_tts.limits import TOO_LONG, ChunkLimits, check_audio, chunk_scale
 from triton_tts.loopback import Loopback, LoopbackFailed, Unreachable
 from triton_tts.pacing import Pacer
-from triton_tts.request_options import read_options, read_text
+from triton_tts.request_options import read_lexicon, read_options, read_text, refuse_clip
 from triton_tts.shaping import ChunkShape, ssml_chunks
 from triton_tts.text import ssml
 from triton_tts.text.frontend import is_chinese, normalizer
-from triton_tts.text.pronounce import Lexicon, check_pinyin, check_pronunciations
+from triton_tts.text.pronounce import (
+    Lexicon,
+    apply_lexicons,
+    check_pinyin,
+    check_pronunciations,
+    parse_request_lexicon,
+)
 from triton_tts.text.speaks import pronounceable
 from triton_tts.text.words import Word, WordClock
 from triton_tts.validation import MAX_LONG_TEXT_CHARS, InvalidRequest, NothingToSay, check_timestamps
@@ -226,7 +232,20 @@ def read_request(
     options = read_options(request, settings.speakers)
     voice = settings.voice(options.voice)
     limits = settings.limits[voice.name]
-    lexicon = settings.lexicons.get(voice.name)
+    refuse_clip(request, voice.name)
+    given = read_lexicon(request)  # this request's entries first: they win over the voice's
+    lexicons = [
+        None
+        if given is None
+        else parse_request_lexicon(
+            given,
+            voice.language,
+            voice.name,
+            settings.phonemes.get(voice.name),
+            settings.syllables.get(voice.name),
+        ),
+        settings.lexicons.get(voice.name),
+    ]
 
     def says_something(piece: str) -> bool:
         return pronounceable(piece, voice.tokens)
@@ -236,7 +255,7 @@ def read_request(
     normalized = normalizer(voice.language) if options.normalize else (lambda t: t)
 
     def normalize(piece: str) -> str:
-        return lexicon.apply(normalized(piece))[0] if lexicon else normalized(piece)
+        return apply_lexicons(normalized(piece), lexicons)
 
     shape: ChunkShape | None = None
     if ssml.is_ssml(text, options.text_format):

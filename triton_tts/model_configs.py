@@ -400,6 +400,9 @@ def _long_text(name: str, opts: BuildOptions, streaming: bool) -> mc.ModelConfig
     # "text", "ssml" or "auto" (SSML when TEXT starts with <speak): tts and tts_stream read
     # SSML (triton_tts/text/ssml.py) and send its chunks as text.
     _tensor(config.input, "TEXT_FORMAT", mc.TYPE_STRING, [1], optional=True)
+    # This request's pronunciations, a JSON object {"word": "phonemes"} over the voice's
+    # lexicon (triton_tts/text/pronounce.py: parse_request_lexicon).
+    _tensor(config.input, "LEXICON", mc.TYPE_STRING, [1], optional=True)
     # XTTS voices (passed on to their model, triton_tts/xtts/forward.py): a clip to clone
     # and the language to read in.
     _tensor(config.input, "LANGUAGE", mc.TYPE_STRING, [1], optional=True)

@@ -95,6 +95,30 @@ def one_value(request: Any, name: str, required: bool = False) -> Any | None:
     return None if array is None else single(name, array)
 
 
+def read_lexicon(request: Any) -> bytes | str | None:
+    """LEXICON's one value as sent (None when left out); its reading is
+    triton_tts.text.pronounce.parse_request_lexicon's, against the request's voice."""
+    value = one_value(request, "LEXICON")
+    if value is not None and not isinstance(value, bytes | str):
+        raise InvalidRequest(f"LEXICON must be a string (BYTES) of JSON, got {type(value).__name__}")
+    return value
+
+
+# What only a cloning (XTTS) voice takes: a clip and its rate. A chunk voice refuses them
+# rather than speak in its own voice to a caller who asked for another.
+CLIP_INPUTS = ("REFERENCE_AUDIO", "REFERENCE_SAMPLE_RATE")
+
+
+def refuse_clip(request: Any, voice: str) -> None:
+    """InvalidRequest if the request to voice ``voice`` (not an XTTS voice) sends a clip."""
+    for name in CLIP_INPUTS:
+        if input_array(request, name) is not None:
+            raise InvalidRequest(
+                f"{name}: voice '{voice}' does not clone voices from a clip (only XTTS voices do: "
+                "`triton-tts voices` says which)"
+            )
+
+
 def _number(request: Any, name: str) -> float | None:
     value = one_value(request, name)
     return None if value is None else float(value)

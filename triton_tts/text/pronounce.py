@@ -21,10 +21,17 @@ A Mandarin lexicon (``--lexicon zh=FILE``, also ``cmn``) gives pinyin instead of
 tone). Chinese is written without spaces, so an entry of Chinese characters matches
 wherever those characters stand (the longest entry first, left to right), before the
 characters are read; its syllables are checked against the voice's when the server starts.
+
+A request's own entries (the ``LEXICON`` input of ``tts`` and ``tts_stream``: a JSON
+object ``{"word or words": "phonemes"}``, read by :func:`parse_request_lexicon`) are the
+same entries, bounded (:data:`MAX_REQUEST_ENTRIES`...) and checked against the request's
+voice before any chunk runs; they apply for that request only, before the voice's own
+lexicon (:func:`apply_lexicons`), so a request's entry wins.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
 from collections.abc import Mapping
@@ -38,6 +45,13 @@ from triton_tts.validation import InvalidRequest
 
 MAX_ENTRIES = 100_000
 MAX_ENTRY_CHARS = 200
+# A request's LEXICON: a few names and words for that request, not a dictionary (a voice's
+# lexicon files are for those).
+MAX_REQUEST_ENTRIES = 100
+MAX_REQUEST_WORD_CHARS = 64
+MAX_REQUEST_PHONEME_CHARS = 256
+MAX_REQUEST_BYTES = 64 * 1024  # of the JSON, UTF-8: 100 entries of IPA at their bounds fit
+REQUEST_SOURCE = "LEXICON"
 
 
 def mark(phonemes: str) -> str:
@@ -120,7 +134,11 @@ class Lexicon:
             applied.append((match.group(0), phonemes))
             return mark(phonemes)
 
-        return pattern.sub(replace, text), applied
+        if OPEN not in text:
+            return pattern.sub(replace, text), applied
+        # Pronunciations marked already (an earlier lexicon's) stay as they are.
+        said = [mark(piece) if given else pattern.sub(replace, piece) for given, piece in parts(text)]
+        return "".join(said), applied
 
     def to_json(self) -> dict[str, object]:
         return {"language": self.language, "entries": self.entries, "source": self.source}
@@ -132,6 +150,15 @@ class Lexicon:
         return cls(
             str(value["language"]), {str(k): str(v) for k, v in entries.items()}, str(value.get("source", ""))
         )
+
+
+def apply_lexicons(text: str, lexicons: list[Lexicon | None]) -> str:
+    """``text`` with each lexicon's entries marked, the first lexicon's first: a word an
+    earlier one marked is not looked up in a later one (a request's entries win)."""
+    for lexicon in lexicons:
+        if lexicon is not None:
+            text = lexicon.apply(text)[0]
+    return text
 
 
 def _entry_pattern(word: str) -> str:
@@ -181,8 +208,6 @@ def parse_lexicon(text: str, language: str, source: str = "lexicon") -> Lexicon:
     """A lexicon file's text -> its Lexicon; ValueError naming the line that is wrong."""
     entries: dict[str, str] = {}
     chinese = is_chinese(language)
-    if chinese:
-        from triton_tts.text.chinese import given_pinyin
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
@@ -190,26 +215,92 @@ def parse_lexicon(text: str, language: str, source: str = "lexicon") -> Lexicon:
         if "\t" not in line:
             raise ValueError(f"{where}: expected 'word<TAB>phonemes', got {line[:60]!r}")
         word, _, phonemes = line.partition("\t")
-        word, phonemes = " ".join(word.split()), phonemes.strip()
-        if not word or not phonemes:
-            raise ValueError(f"{where}: the word and its phonemes must both be given")
-        if len(word) > MAX_ENTRY_CHARS or len(phonemes) > MAX_ENTRY_CHARS:
-            raise ValueError(f"{where}: an entry is at most {MAX_ENTRY_CHARS} characters a side")
-        if any(c in MARKS for c in word + phonemes) or "\t" in phonemes:
-            raise ValueError(f"{where}: private-use characters and tabs are not allowed")
-        if not any(c.isalnum() for c in word):
-            raise ValueError(f"{where}: {word!r} has no letters or digits")
-        if chinese and given_pinyin(phonemes) is None:
-            raise ValueError(
-                f"{where}: {phonemes!r} is not pinyin (tone numbers 'yin2 hang2' or marks 'yín háng')"
-            )
-        key = word.lower()
-        if key in entries and entries[key] != phonemes:
-            raise ValueError(f"{where}: {word!r} is given twice, with different phonemes")
-        entries[key] = phonemes
+        try:
+            _add_entry(entries, word, phonemes, chinese, MAX_ENTRY_CHARS, MAX_ENTRY_CHARS)
+        except ValueError as err:
+            raise ValueError(f"{where}: {err}") from None
         if len(entries) > MAX_ENTRIES:
             raise ValueError(f"{source}: more than {MAX_ENTRIES:,} entries")
     return Lexicon(language.lower(), entries, source)
+
+
+def _add_entry(
+    entries: dict[str, str], word: str, phonemes: str, chinese: bool, word_chars: int, phoneme_chars: int
+) -> None:
+    """One entry, its white space tidied, into ``entries``; ValueError saying what is wrong."""
+    word, phonemes = " ".join(word.split()), phonemes.strip()
+    if not word or not phonemes:
+        raise ValueError("the word and its phonemes must both be given")
+    if len(word) > word_chars or len(phonemes) > phoneme_chars:
+        if word_chars == phoneme_chars:
+            raise ValueError(f"an entry is at most {word_chars} characters a side")
+        raise ValueError(
+            f"an entry is at most {word_chars} characters of words and {phoneme_chars} of phonemes"
+        )
+    if any(c in MARKS for c in word + phonemes) or "\t" in phonemes:
+        raise ValueError("private-use characters and tabs are not allowed")
+    if not any(c.isalnum() for c in word):
+        raise ValueError(f"{word!r} has no letters or digits")
+    if chinese:
+        from triton_tts.text.chinese import given_pinyin
+
+        if given_pinyin(phonemes) is None:
+            raise ValueError(f"{phonemes!r} is not pinyin (tone numbers 'yin2 hang2' or marks 'yín háng')")
+    key = word.lower()
+    if key in entries and entries[key] != phonemes:
+        raise ValueError(f"{word!r} is given twice, with different phonemes")
+    entries[key] = phonemes
+
+
+def parse_request_lexicon(
+    raw: bytes | str,
+    language: str,
+    voice: str,
+    phonemes: str | None,
+    syllables: Mapping[str, object] | None,
+) -> Lexicon:
+    """A request's LEXICON (a JSON object ``{"word or words": "phonemes"}``, UTF-8) -> its
+    Lexicon for voice ``voice`` of ``language``, each entry checked as a lexicon file's are
+    and against what the voice says (``phonemes``/``syllables`` as :func:`check_lexicon`
+    takes them); InvalidRequest naming the entry that is wrong, or the bound passed."""
+    size = len(raw.encode("utf-8") if isinstance(raw, str) else raw)
+    if size > MAX_REQUEST_BYTES:
+        raise InvalidRequest(f"{REQUEST_SOURCE} is at most {MAX_REQUEST_BYTES:,} bytes of JSON, got {size:,}")
+    if phonemes == "" and syllables is None:
+        raise InvalidRequest(f"{REQUEST_SOURCE}: voice '{voice}' takes no pronunciations (it reads letters)")
+    try:
+        given = json.loads(raw)
+    except (ValueError, RecursionError) as err:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise InvalidRequest(
+            f'{REQUEST_SOURCE} must be a JSON object {{"word": "phonemes", ...}}: {err}'
+        ) from None
+    if not isinstance(given, dict):
+        raise InvalidRequest(
+            f'{REQUEST_SOURCE} must be a JSON object {{"word": "phonemes", ...}}, got {type(given).__name__}'
+        )
+    if len(given) > MAX_REQUEST_ENTRIES:
+        raise InvalidRequest(
+            f"{REQUEST_SOURCE} holds at most {MAX_REQUEST_ENTRIES} entries, got {len(given)}"
+        )
+    entries: dict[str, str] = {}
+    for word, said in given.items():
+        if not isinstance(said, str):
+            raise InvalidRequest(
+                f"{REQUEST_SOURCE} entry {word[:MAX_REQUEST_WORD_CHARS]!r}: its phonemes must be a "
+                f"string, got {type(said).__name__}"
+            )
+        try:
+            _add_entry(
+                entries, word, said, is_chinese(language), MAX_REQUEST_WORD_CHARS, MAX_REQUEST_PHONEME_CHARS
+            )
+        except ValueError as err:
+            raise InvalidRequest(f"{REQUEST_SOURCE} entry {word[:MAX_REQUEST_WORD_CHARS]!r}: {err}") from None
+    lexicon = Lexicon(language.lower(), entries, REQUEST_SOURCE)
+    try:
+        check_lexicon(lexicon, voice, phonemes, syllables)
+    except ValueError as err:
+        raise InvalidRequest(str(err).replace(f"{REQUEST_SOURCE}: ", f"{REQUEST_SOURCE} entry ", 1)) from None
+    return lexicon
 
 
 def load_lexicon(spec: str) -> Lexicon:
