@@ -192,8 +192,8 @@ def parse(text: str) -> tuple[ET.Element, dict[int, tuple[int, int]]]:
     except ParseError as err:
         line, column = err.position
         reason = str(err).split(":")[0]
-        raise InvalidRequest(
-            f"SSML is not well-formed XML: {reason} at line {line}, column {column + 1}"
+        raise InvalidRequest(  # TEXT named: the input a caller must mend (tests/test_every_input.py)
+            f"TEXT: SSML is not well-formed XML: {reason} at line {line}, column {column + 1}"
         ) from None
     except DefusedXmlException as err:
         raise InvalidRequest(
