@@ -160,9 +160,8 @@ async def resolve_voice(gateway: Gateway, name: str, language_code: str) -> tupl
             voice = next((v for v in served if v.kind != XTTS_KIND and same_language(language, v)), None)
             if voice is None:
                 languages = ", ".join(sorted({language_tag(v.language) for v in served}))
-                raise invalid(
-                    f"no voice of language {language!r} is served; languages: {languages}", "voice_name"
-                )
+                message = f"no served voice speaks language_code {language!r}; languages: {languages}"
+                raise invalid(message, "language_code")
             return voice.name, None, voice
     voice_name, speaker = await gateway.voices.resolve(wanted)
     voice = by_name[voice_name.partition(":")[0]]
