@@ -30,11 +30,11 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any, Protocol
 
 import grpc
 import numpy as np
@@ -48,13 +48,26 @@ from triton_tts.client.voices import XTTS_KIND
 from triton_tts.gateway import riva_audio
 from triton_tts.gateway.access import authorized, caller_of, key_of
 from triton_tts.gateway.errors import ApiError, from_tts_error, invalid
-from triton_tts.gateway.metrics import CANCELLED, OK
+from triton_tts.gateway.metrics import CANCELLED, OK, GatewayMetrics
 from triton_tts.gateway.schemas import MAX_WAIT_S, SpeechRequest
 from triton_tts.gateway.settings import GatewaySettings
+from triton_tts.gateway.voices import Voices
 from triton_tts.validation import MAX_SPEED, MIN_SPEED
 
-if TYPE_CHECKING:
-    from triton_tts.gateway.app import Gateway
+
+class Gateway(Protocol):
+    """What the door uses of the gateway (triton_tts.gateway.app.Gateway)."""
+
+    settings: GatewaySettings
+    metrics: GatewayMetrics
+
+    @property
+    def voices(self) -> Voices: ...
+
+    async def open_stream(
+        self, request: SpeechRequest, **options: Any
+    ) -> tuple[AudioChunk, AsyncGenerator[AudioChunk, None]]: ...
+
 
 log = logging.getLogger(__name__)
 
