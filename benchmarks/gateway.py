@@ -8,10 +8,14 @@ paragraph's stream would last about as long as its audio):
   http-pcm   POST /v1/audio/speech, response_format pcm (first body bytes)
   http-mp3   the same in MP3 (the encoder's first frame)
   websocket  /v1/audio/speech/ws (first binary frame)
+  riva       Riva's SynthesizeOnline through nvidia-riva-client, at the voice's rate
+             (triton_tts.gateway.riva: the NVIDIA plugins of Pipecat and LiveKit use it)
 on a ~600-character paragraph (first audio) and on short sentences (whole request).
 
     python -m benchmarks.gateway                         # own server and gateway, free ports
     python -m benchmarks.gateway --levels 1 --rounds 1   # smoke
+    python -m benchmarks.gateway --url-grpc localhost:8001 --gateway http://localhost:8080 \
+        --riva localhost:50051                           # a running one (riva: left out without)
 
 Writes results/gateway.json and .md, stamped (benchmarks/stamp.py).
 """
@@ -37,7 +41,7 @@ from benchmarks.stamp import stamp, write_report
 from testkit.sample_texts import PARAGRAPH, SENTENCES
 from triton_tts.client import TTSClient
 
-PATHS = ("grpc", "http-pcm", "http-mp3", "websocket")
+PATHS = ("grpc", "http-pcm", "http-mp3", "websocket", "riva")
 SETTLE_S = 1.0  # after a burst of left streams: their cancellation reaches the model
 
 
@@ -48,7 +52,7 @@ def p(values: list[float], q: float) -> float:
 Call = Callable[[str, bool], tuple[float, float]]
 
 
-def timed(grpc_url: str, gateway: str) -> dict[str, Call]:
+def timed(grpc_url: str, gateway: str, riva_url: str | None = None) -> dict[str, Call]:
     """Per path: (text, first audio only) -> (seconds to first audio, seconds to the end).
     First audio only: the caller leaves after it (the stream is cancelled), as a paced
     stream of a paragraph would otherwise last about as long as its audio."""
@@ -92,14 +96,29 @@ def timed(grpc_url: str, gateway: str) -> dict[str, Call]:
                 elif json.loads(message)["type"] in ("end", "error"):
                     return first, time.perf_counter() - start
 
-    return {"grpc": grpc, "http-pcm": http("pcm"), "http-mp3": http("mp3"), "websocket": websocket}
+    def riva(text: str, first_only: bool) -> tuple[float, float]:
+        import riva.client
+
+        if not hasattr(local, "riva"):
+            local.riva = riva.client.SpeechSynthesisService(riva.client.Auth(uri=riva_url))
+        start, first = time.perf_counter(), 0.0
+        answers = local.riva.synthesize_online(text, sample_rate_hz=0)
+        for _answer in answers:
+            first = first or time.perf_counter() - start
+            if first_only:
+                answers.cancel()
+                break
+        return first, time.perf_counter() - start
+
+    calls = {"grpc": grpc, "http-pcm": http("pcm"), "http-mp3": http("mp3"), "websocket": websocket}
+    return {**calls, "riva": riva} if riva_url else calls
 
 
 def level(calls: dict[str, Call], concurrency: int, rounds: int) -> dict[str, Any]:
     count = concurrency * rounds
     short = [SENTENCES[i % len(SENTENCES)] for i in range(count)]
     out: dict[str, Any] = {"concurrency": concurrency, "requests": count}
-    for name in PATHS:
+    for name in (n for n in PATHS if n in calls):
         call, firsts = calls[name], []
         with ThreadPoolExecutor(concurrency) as pool:
             # first audio: bursts of `concurrency` streams starting together; the streams
@@ -117,21 +136,24 @@ def level(calls: dict[str, Call], concurrency: int, rounds: int) -> dict[str, An
     return out
 
 
-def server_and_gateway(stack: ExitStack, grpc_url: str | None, gateway: str | None) -> tuple[str, str]:
+def server_and_gateway(
+    stack: ExitStack, grpc_url: str | None, gateway: str | None, riva: str | None = None
+) -> tuple[str, str, str | None]:
     """The running Triton and gateway given, or an own server (default build options) and
-    gateway on free ports, stopped with ``stack``: their gRPC address and base URL."""
+    gateway on free ports, stopped with ``stack``: their gRPC address, base URL and Riva
+    address (a running gateway's only when given)."""
     if grpc_url and gateway:
-        return grpc_url, gateway
+        return grpc_url, gateway, riva
     from triton_tts.gateway.command import start_child, wait_live
     from triton_tts.server import default_voice_server, free_port
 
     server = stack.enter_context(default_voice_server())
-    port = free_port()
-    child = start_child(port, server.grpc_url)
+    port, riva_port = free_port(), free_port()
+    child = start_child(port, server.grpc_url, ["--riva-port", str(riva_port)])
     stack.callback(child.wait, 60)
     stack.callback(child.terminate)
     wait_live(port, child)
-    return server.grpc_url, f"http://localhost:{port}"
+    return server.grpc_url, f"http://localhost:{port}", f"localhost:{riva_port}"
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -140,14 +162,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--rounds", type=int, default=4, help="requests per client thread and path")
     parser.add_argument("--url-grpc", help="a running Triton's gRPC address (with --gateway)")
     parser.add_argument("--gateway", help="a running gateway's base URL, e.g. http://localhost:8080")
+    parser.add_argument("--riva", help="a running gateway's Riva address, e.g. localhost:50051")
     parser.add_argument("--out", type=Path, default=Path("results/gateway.json"))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     with ExitStack() as stack:
-        grpc_url, gateway = server_and_gateway(stack, args.url_grpc, args.gateway)
-        calls = timed(grpc_url, gateway)
-        for name in PATHS:  # warm every path once
-            calls[name](SENTENCES[0], False)
+        grpc_url, gateway, riva = server_and_gateway(stack, args.url_grpc, args.gateway, args.riva)
+        calls = timed(grpc_url, gateway, riva)
+        for call in calls.values():  # warm every path once
+            call(SENTENCES[0], False)
         results: dict[str, Any] = {
             **stamp(),
             "paragraph_chars": len(PARAGRAPH),
@@ -166,7 +189,7 @@ def tables(results: dict[str, Any]) -> list[str]:
         "|---|---|---|---|---|---|",
     ]
     for r in results["levels"]:
-        for name in PATHS:
+        for name in (n for n in PATHS if n in r):
             x = r[name]
             keys = ("first_audio_p50_s", "first_audio_p99_s", "short_whole_p50_s", "short_whole_p99_s")
             lines.append(f"| {r['concurrency']} | {name} | " + " | ".join(f"{x[k]:.3f}" for k in keys) + " |")

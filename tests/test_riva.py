@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import itertools
 import os
+import urllib.request
 from collections.abc import Iterator
 
 import grpc
@@ -41,15 +42,16 @@ def pcm(data: bytes) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def riva_port(server: TritonServer) -> Iterator[int]:
+def door(server: TritonServer) -> Iterator[tuple[str, int]]:
+    """A gateway with the Riva door: its base URL and Riva port."""
     port = free_port()
-    with running_gateway(server.grpc_url, "--riva-port", str(port)):
-        yield port
+    with running_gateway(server.grpc_url, "--riva-port", str(port)) as base:
+        yield base, port
 
 
 @pytest.fixture(scope="module")
-def service(riva_port: int) -> riva.client.SpeechSynthesisService:
-    return riva.client.SpeechSynthesisService(riva.client.Auth(uri=f"localhost:{riva_port}"))
+def service(door: tuple[str, int]) -> riva.client.SpeechSynthesisService:
+    return riva.client.SpeechSynthesisService(riva.client.Auth(uri=f"localhost:{door[1]}"))
 
 
 def refused(call: object, *args: object, **kwargs: object) -> grpc.RpcError:
@@ -247,3 +249,18 @@ def test_keys_come_from_the_authorization_metadata_and_the_cloud_metadata_is_ign
             riva.client.Auth(uri=f"localhost:{port}", metadata_args=metadata)
         )
         assert len(keyed.synthesize("Hello.", sample_rate_hz=16000).audio) > 16000
+
+
+def test_the_gateway_counts_riva_calls_in_its_metrics(
+    door: tuple[str, int], service: riva.client.SpeechSynthesisService
+) -> None:
+    def count(outcome: str) -> float:
+        with urllib.request.urlopen(f"{door[0]}/metrics", timeout=10) as response:
+            text = response.read().decode()
+        line = f'triton_tts_gateway_requests_total{{api="riva",outcome="{outcome}"}}'
+        return sum(float(x.split()[-1]) for x in text.splitlines() if x.startswith(line))
+
+    ok, invalid = count("ok"), count("invalid_value")
+    list(service.synthesize_online(["One.", "Two."], sample_rate_hz=16000))
+    refused(service.synthesize, "Hello.", voice_name="nope")
+    assert count("ok") == ok + 2 and count("invalid_value") == invalid + 1

@@ -34,7 +34,7 @@ class GatewayMetrics:
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "triton_tts_gateway_requests",
-            "Syntheses ended, by API (http, websocket) and outcome: ok, cancelled (the caller "
+            "Syntheses ended, by API (http, websocket, riva) and outcome: ok, cancelled (the caller "
             "left or sent cancel), or the OpenAI error code answered (server_busy, "
             "triton_unavailable, invalid_value, ...)",
             ["api", "outcome"],
