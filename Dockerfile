@@ -66,13 +66,14 @@ ENV PATH=/opt/triton-tts/bin:$PATH \
 USER triton-server
 WORKDIR /tmp
 # 8000-8002: Triton's HTTP, gRPC and metrics; 8003: the watchdog's health port; 8080: the
-# OpenAI-compatible gateway.
-EXPOSE 8000 8001 8002 8003 8080
+# OpenAI-compatible gateway; 50051: the gateway's Riva TTS API (gRPC, --riva-port).
+EXPOSE 8000 8001 8002 8003 8080 50051
 # tritonserver (the image's) under `triton-tts serve`: a watchdog reloads a model whose
 # Python-backend instance died, and :8003/ready says whether every instance is alive.
 # The same image runs the gateway (it comes with the wheel; no GPU, no model) with the
 # entry point overridden, as the Helm chart does:
 #   docker run --entrypoint triton-tts IMAGE gateway --host 0.0.0.0 --triton-url TRITON_HOST:8001
+# (its Riva port too: --riva-port, 50051 unless told; TLS with --riva-tls-cert/--riva-tls-key)
 ENTRYPOINT ["triton-tts", "serve", "--no-build"]
 # --host=0.0.0.0: serve's ports (Triton's, health) listen on 127.0.0.1 unless told, and
 # a container's are reached from outside it.

@@ -31,10 +31,12 @@ def test_based_on_the_triton_release_we_ship() -> None:
     assert all(s[0].value[0] == "${TRITON_IMAGE}" for s in stages())
     from importlib.metadata import version
 
-    # the local server the tests run, and the client of its release (its perf_analyzer); the
-    # KServe v2 protocol they speak is the image's too
-    assert version("tritonclient") == "2.51.0"
+    # the local server the tests run; the KServe v2 protocol it speaks is the image's too
     assert version("nvidia-pytriton") == "0.7.0"  # tritonserver 2.51.0
+    # the client of its release (2.51, the last wheel with perf_analyzer) has a virtualenv of
+    # its own (protobuf 4); this one has the lock's newer client (protobuf 6, Riva's protos)
+    perf = (PROJECT_ROOT / "requirements" / "perf.txt").read_text(encoding="utf-8").split()
+    assert "tritonclient==2.51.0" in perf
 
 
 def test_final_stage_is_lean_non_root_and_read_only_friendly() -> None:
@@ -54,7 +56,9 @@ def test_final_stage_is_lean_non_root_and_read_only_friendly() -> None:
         assert env[cache].startswith("/tmp"), cache
     assert env["TRITON_TTS_HOME"].startswith("/tmp")  # voices and builds: writable
     assert "TRITON_TTS_REPOSITORY_TEMPLATE" not in env  # the template is package data
-    assert [c.value for c in final if c.cmd == "EXPOSE"] == [("8000", "8001", "8002", "8003", "8080")]
+    assert [c.value for c in final if c.cmd == "EXPOSE"] == [
+        ("8000", "8001", "8002", "8003", "8080", "50051")
+    ]
     # the watchdog's supervisor runs tritonserver (self-healing, readiness on :8003)
     assert [c.value for c in final if c.cmd == "ENTRYPOINT"] == [("triton-tts", "serve", "--no-build")]
 
@@ -89,13 +93,15 @@ def test_installs_exactly_the_tested_requirement_set_without_repairs() -> None:
 
 
 def test_exposes_the_ports_the_chart_serves_on() -> None:
-    """Triton's ports, the watchdog's health port and the gateway's (the chart runs the
-    gateway from this image with the entry point overridden): EXPOSE says what the chart uses."""
+    """Triton's ports, the watchdog's health port and the gateway's two, HTTP and Riva's gRPC
+    (the chart runs the gateway from this image with the entry point overridden): EXPOSE
+    says what the chart uses."""
     import yaml
 
     values_file = PROJECT_ROOT / "helm" / "triton-tts" / "values.yaml"
     values = yaml.safe_load(values_file.read_text(encoding="utf-8"))
     chart = {values["triton"][port] for port in ("httpPort", "grpcPort", "metricsPort", "healthPort")}
     chart.add(values["gateway"]["port"])
+    chart.add(values["gateway"]["riva"]["port"])
     (exposed,) = [c.value for c in stages()[-1] if c.cmd == "EXPOSE"]
     assert {int(port) for port in exposed} == chart

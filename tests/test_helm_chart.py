@@ -117,6 +117,7 @@ def test_defaults_run_on_a_gpu_with_probes_and_graceful_stop(helm: Path) -> None
         "grpc": 8001,
         "metrics": 8002,
         "gateway": 8080,  # the OpenAI-compatible gateway, a sidecar by default
+        "riva": 50051,  # its Riva door (gRPC), on Riva's own port
     }
     assert not [d for d in docs if d["kind"] in ("HorizontalPodAutoscaler", "PodDisruptionBudget", "Ingress")]
 
@@ -550,6 +551,7 @@ def test_grafana_dashboard_reads_only_series_that_exist(helm: Path, tmp_path: Pa
 # --- The OpenAI-compatible gateway: a sidecar in the Triton pod, or its own Deployment.
 
 GATEWAY_DEPLOYMENT_VALUES = CHART / "ci" / "gateway-deployment-values.yaml"
+RIVA_TLS = "/etc/triton-tts/riva-tls"  # where gateway.riva.tls.secretName is mounted
 
 
 def named(docs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
@@ -683,9 +685,11 @@ def test_gateway_deployment_reaches_triton_through_the_triton_service(helm: Path
     assert grpc["appProtocol"] == "grpc"
     assert f"--grpc-port={container_port(triton, grpc['targetPort'])}" in triton["args"]
     # the gateway's Service leads to the gateway; Triton's no longer carries its port
-    (exposed,) = services["tts-triton-tts-gateway"]["spec"]["ports"]
-    assert container_port(gateway, exposed["targetPort"]) == served
-    assert served not in {p["port"] for p in services["tts-triton-tts"]["spec"]["ports"]}
+    exposed = {p["name"]: p for p in services["tts-triton-tts-gateway"]["spec"]["ports"]}
+    assert set(exposed) == {"gateway", "riva"}  # its HTTP port and Riva's
+    assert container_port(gateway, exposed["gateway"]["targetPort"]) == served
+    triton_ports = {p["name"] for p in services["tts-triton-tts"]["spec"]["ports"]}
+    assert triton_ports == {"http", "grpc", "metrics"}
     # scaled and scheduled on its own: no GPU, no GPU toleration, the value set's nodes
     assert deployments["tts-triton-tts-gateway"]["spec"]["replicas"] == 4
     assert "tolerations" not in gateway_pod["spec"]
@@ -751,7 +755,7 @@ def test_the_charts_gateway_command_is_the_clis(
     is the default, localhost:8001) and how long a stop may take."""
     from triton_tts.cli import build_parser
 
-    for variable in ("TRITON_TTS_TRITON_URL", "GATEWAY_PORT", "TRITON_TTS_CORS_ORIGINS"):
+    for variable in ("TRITON_TTS_TRITON_URL", "GATEWAY_PORT", "TRITON_TTS_CORS_ORIGINS", "RIVA_PORT"):
         monkeypatch.delenv(variable, raising=False)
     defaults = vars(build_parser().parse_args(["gateway"]))
 
@@ -785,6 +789,14 @@ def test_the_charts_gateway_command_is_the_clis(
         "--set-json", f"gateway.corsOrigins={json.dumps(origins)}", "--set", "gateway.maxInputChars=1000"
     )
     assert args["cors_origin"] == origins and args["max_input_chars"] == 1000
+    # Riva's door: the port the chart declares (default: the CLI's, Riva's 50051), the
+    # mounted certificate, or none at all
+    assert args["riva_port"] == 50051 and args["riva_tls_cert"] is None and args["riva_tls_key"] is None
+    args, _ = parsed("--set", "gateway.riva.port=50052", "--set", "gateway.riva.tls.secretName=riva-tls")
+    assert args["riva_port"] == 50052
+    assert (args["riva_tls_cert"], args["riva_tls_key"]) == (f"{RIVA_TLS}/tls.crt", f"{RIVA_TLS}/tls.key")
+    args, _ = parsed("--set", "gateway.riva.enabled=false")
+    assert args["riva_port"] == 0
 
 
 @pytest.mark.parametrize("mode", ["sidecar", "deployment"])
@@ -981,12 +993,13 @@ def test_the_network_policy_keeps_tritons_ports_to_the_pod_and_monitoring(helm: 
     (policy,) = named(docs, "NetworkPolicy").values()
     assert policy["metadata"]["name"] == "tts-triton-tts"
     triton = "tts-triton-tts"
-    assert reachable(docs, triton, STRANGER) == {"gateway"}
-    assert reachable(docs, triton, INGRESS_CONTROLLER) == {"gateway"}
-    assert reachable(docs, triton, {"ip": "203.0.113.7"}) == {"gateway"}
+    assert reachable(docs, triton, STRANGER) == {"gateway", "riva"}  # the gateway's two doors
+    assert reachable(docs, triton, INGRESS_CONTROLLER) == {"gateway", "riva"}
+    assert reachable(docs, triton, {"ip": "203.0.113.7"}) == {"gateway", "riva"}
     assert reachable(docs, triton, PROMETHEUS) == {
         "metrics",
         "gateway",
+        "riva",  # anyone's while ingressFrom is []
     }  # Triton's and the gateway's /metrics
     # the gateway calls its pod's Triton over localhost: nothing to open
     assert flags(gateway_of(docs)["args"])["--triton-url"][0].startswith("localhost:")
@@ -1012,9 +1025,9 @@ def test_the_network_policy_lets_the_gateway_deployment_reach_triton_over_grpc_o
     assert flags(gateway_of(docs)["args"])["--triton-url"][0].endswith(":8001")
     assert reachable(docs, "tts-triton-tts", STRANGER) == set()
     assert reachable(docs, "tts-triton-tts", PROMETHEUS) == {"metrics"}
-    # the gateway's own pods: their one port, for the Ingress and Prometheus alike
+    # the gateway's own pods: its HTTP port and Riva's, for the Ingress (and Prometheus) alike
     for source in (STRANGER, INGRESS_CONTROLLER, PROMETHEUS):
-        assert reachable(docs, "tts-triton-tts-gateway", source) == {"gateway"}
+        assert reachable(docs, "tts-triton-tts-gateway", source) == {"gateway", "riva"}
     # another release's gateway in the same namespace is not ours
     other = {
         "namespace": NAMESPACE,
@@ -1025,15 +1038,15 @@ def test_the_network_policy_lets_the_gateway_deployment_reach_triton_over_grpc_o
 
 def test_the_network_policy_admits_configured_peers_and_narrows_the_ingress(helm: Path) -> None:
     """ci/network-policy-values.yaml: peers reach Triton's APIs and metrics; the routed
-    ports (ingress.backend=triton: Triton's HTTP, and the sidecar gateway's) only the
-    Ingress controller's namespace; monitoring by its configured namespace."""
+    ports (ingress.backend=triton: Triton's HTTP, and the sidecar gateway's HTTP and Riva
+    ports) only the Ingress controller's namespace; monitoring by its configured namespace."""
     docs = render(helm, "-f", str(CHART / "ci" / "network-policy-values.yaml"))
     triton = "tts-triton-tts"
     assert reachable(docs, triton, PEER_JOB) == {"http", "grpc", "metrics"}
     assert reachable(docs, triton, {"ip": "10.20.3.4"}) == {"http", "grpc", "metrics"}
     assert reachable(docs, triton, {"ip": "10.20.9.4"}) == set()  # the block's exception
     assert reachable(docs, triton, {**PEER_JOB, "labels": {"app": "other"}}) == set()
-    assert reachable(docs, triton, INGRESS_CONTROLLER) == {"http", "gateway"}
+    assert reachable(docs, triton, INGRESS_CONTROLLER) == {"http", "gateway", "riva"}
     assert reachable(docs, triton, {**INGRESS_CONTROLLER, "labels": {}}) == set()
     assert reachable(docs, triton, STRANGER) == set()
     assert reachable(docs, triton, PROMETHEUS) == set()  # "monitoring" is not the configured namespace
@@ -1112,3 +1125,229 @@ def test_lexicons_reach_the_build_as_files_of_a_configmap(helm: Path, tmp_path: 
     assert "triton-tts/lexicons" in by_kind(docs, "Deployment")["spec"]["template"]["metadata"]["annotations"]
     plain = render(helm)
     assert not [d for d in plain if d["metadata"]["name"].endswith("-lexicons")]
+
+
+# --- Riva's door: the gateway's gRPC port for Riva's TTS API (gateway.riva)
+
+RIVA_TLS_INGRESS_VALUES = CHART / "ci" / "riva-tls-ingress-values.yaml"
+BACKEND_PROTOCOL = "nginx.ingress.kubernetes.io/backend-protocol"
+MODES = [[], ["--set", "gateway.mode=deployment"]]
+
+
+def gateway_pod_of(docs: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    """The Deployment that runs the gateway container, by name, and its pod template."""
+    gateway = gateway_of(docs)
+    ((name, deployment),) = [
+        (name, d)
+        for name, d in named(docs, "Deployment").items()
+        if gateway in d["spec"]["template"]["spec"]["containers"]
+    ]
+    return name, deployment["spec"]["template"]
+
+
+def service_port_leads_to(docs: list[dict[str, Any]], service_name: str, port_name: str) -> int:
+    """The gateway container port that a Service's named port reaches."""
+    service = named(docs, "Service")[service_name]
+    (port,) = [p for p in service["spec"]["ports"] if p["name"] == port_name]
+    _, pod = gateway_pod_of(docs)
+    assert selects(service["spec"]["selector"], pod["metadata"]["labels"])
+    return container_port(gateway_of(docs), port["targetPort"])
+
+
+@pytest.mark.parametrize("mode", MODES, ids=["sidecar", "deployment"])
+def test_the_riva_port_is_served_exposed_and_let_in_by_default(helm: Path, mode: list[str]) -> None:
+    """On by default at Riva's port: the flag, the container port, the Service's port (gRPC)
+    and the NetworkPolicy agree on one number and one name; the probes stay HTTP."""
+    assert yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8"))["gateway"]["riva"] == {
+        "enabled": True,
+        "port": 50051,
+        "tls": {"secretName": ""},
+        "ingress": {
+            "enabled": False,
+            "className": "",
+            "annotations": {},
+            "hosts": [{"host": "riva.example.com", "paths": ["/"]}],
+            "tls": [],
+        },
+    }
+    docs = render(helm, *mode)
+    gateway = gateway_of(docs)
+    served = container_port(gateway, "riva")
+    assert served == 50051 and flags(gateway["args"])["--riva-port"] == [str(served)]
+    assert "--riva-tls-cert" not in flags(gateway["args"])  # plaintext unless a Secret is named
+    service_name = "tts-triton-tts-gateway" if mode else "tts-triton-tts"
+    (port,) = [p for p in named(docs, "Service")[service_name]["spec"]["ports"] if p["name"] == "riva"]
+    assert (port["port"], port["appProtocol"]) == (50051, "grpc")
+    assert service_port_leads_to(docs, service_name, "riva") == served
+    # the probes are the gateway's HTTP ones; nothing probes gRPC health, which is not served
+    for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+        if probe in gateway:
+            assert (
+                "grpc" not in gateway[probe]
+                and container_port(gateway, gateway[probe]["httpGet"]["port"]) != served
+            )
+    # no two containers of the gateway's pod declare the same port
+    _, pod = gateway_pod_of(docs)
+    declared = [p["containerPort"] for c in pod["spec"]["containers"] for p in c["ports"]]
+    assert len(declared) == len(set(declared))
+    # the Riva port lets in whoever may call the gateway's HTTP port (ingressFrom: anyone)
+    deployment, _ = gateway_pod_of(docs)
+    for source in (STRANGER, INGRESS_CONTROLLER, {"ip": "203.0.113.7"}):
+        assert {"gateway", "riva"} <= reachable(docs, deployment, source)
+    # the Dockerfile's EXPOSE follows values (tests/test_dockerfile.py); no Ingress unless asked
+    assert not named(docs, "Ingress")
+    assert not named(render(helm, *mode, "--set", "ingress.enabled=true"), "Ingress").get(
+        "tts-triton-tts-riva"
+    )
+
+
+@pytest.mark.parametrize("mode", MODES, ids=["sidecar", "deployment"])
+def test_the_riva_port_admits_the_gateways_callers_only_when_narrowed(helm: Path, mode: list[str]) -> None:
+    """With networkPolicy.ingressFrom narrowed, the Riva port admits exactly its peers, as the
+    gateway's HTTP port does (which monitoring also reaches, for /metrics; Riva's does not)."""
+    docs = render(helm, "-f", str(CHART / "ci" / "network-policy-values.yaml"), *mode)
+    deployment, _ = gateway_pod_of(docs)
+    assert "riva" in reachable(docs, deployment, INGRESS_CONTROLLER)
+    assert "gateway" in reachable(docs, deployment, INGRESS_CONTROLLER)
+    for source in (STRANGER, {**INGRESS_CONTROLLER, "labels": {}}, PEER_JOB, {"ip": "203.0.113.7"}):
+        assert "riva" not in reachable(docs, deployment, source), source
+        assert "gateway" not in reachable(docs, deployment, source), source
+    monitoring = {**PROMETHEUS, "namespace": "observability"}  # the value set's monitoring namespace
+    assert "gateway" in reachable(docs, deployment, monitoring)
+    assert "riva" not in reachable(docs, deployment, monitoring)
+
+
+@pytest.mark.parametrize("mode", MODES, ids=["sidecar", "deployment"])
+def test_the_riva_port_serves_tls_with_the_mounted_certificate(helm: Path, mode: list[str]) -> None:
+    docs = render(helm, *mode, "--set", "gateway.riva.tls.secretName=tts-riva-tls")
+    gateway = gateway_of(docs)
+    (mount,) = [m for m in gateway["volumeMounts"] if m["mountPath"] == RIVA_TLS]
+    assert mount["readOnly"] is True
+    _, pod = gateway_pod_of(docs)
+    (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == mount["name"]]
+    assert volume == {"name": mount["name"], "secret": {"secretName": "tts-riva-tls"}}
+    # both flags, at the two files of a kubernetes.io/tls Secret as mounted
+    assert flags(gateway["args"])["--riva-tls-cert"] == [f"{RIVA_TLS}/tls.crt"]
+    assert flags(gateway["args"])["--riva-tls-key"] == [f"{RIVA_TLS}/tls.key"]
+    # Triton's container (sidecar) never sees the key
+    for container in pod["spec"]["containers"]:
+        if container["name"] != "gateway":
+            assert mount["name"] not in {m["name"] for m in container["volumeMounts"]}
+
+
+@pytest.mark.parametrize("mode", MODES, ids=["sidecar", "deployment"])
+def test_riva_disabled_renders_nothing_of_it(helm: Path, mode: list[str]) -> None:
+    """riva.enabled=false: --riva-port=0 and no port, Service port, policy rule, volume or
+    Ingress, whatever else riva.* says."""
+    docs = render(
+        helm, *mode, "--set", "gateway.riva.enabled=false",
+        "--set", "gateway.riva.tls.secretName=tts-riva-tls",
+    )  # fmt: skip
+    gateway = gateway_of(docs)
+    assert flags(gateway["args"])["--riva-port"] == ["0"]
+    assert [a for a in gateway["args"] if "riva" in a] == ["--riva-port=0"]
+    rest = [d for d in docs if d["kind"] != "ConfigMap"]
+    text = json.dumps(rest).replace('"--riva-port=0"', "")
+    assert "riva" not in text.lower(), [
+        d["metadata"]["name"] for d in rest if "riva" in json.dumps(d).lower()
+    ]
+    done = subprocess.run(
+        [str(helm), "template", "tts", str(CHART), *mode, "--set", "gateway.riva.enabled=false",
+         "--set", "gateway.riva.ingress.enabled=true"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode != 0 and "gateway.riva.ingress.enabled needs" in done.stderr, done.stderr
+    # no gateway, no Riva either
+    off = render(helm, *mode, "--set", "gateway.enabled=false")
+    assert "riva" not in json.dumps([d for d in off if d["kind"] != "ConfigMap"]).lower()
+
+
+@pytest.mark.parametrize("mode", MODES, ids=["sidecar", "deployment"])
+def test_the_riva_ingress_renders_only_when_asked_and_leads_to_the_riva_port(
+    helm: Path, mode: list[str]
+) -> None:
+    """gateway.riva.ingress: an Ingress of its own (a gRPC backend is per Ingress), whose
+    backend reaches the gateway container's Riva port, open to the Ingress controller;
+    ingress-nginx told GRPC, or GRPCS when the gateway serves TLS itself."""
+    plain = render(helm, *mode, "--set", "ingress.enabled=true")
+    ((name, http),) = named(plain, "Ingress").items()
+    assert name == "tts-triton-tts" and BACKEND_PROTOCOL not in (http["metadata"].get("annotations") or {})
+
+    docs = render(helm, *mode, "--set", "gateway.riva.ingress.enabled=true")
+    (ingress,) = named(docs, "Ingress").values()
+    assert ingress["metadata"]["name"] == "tts-triton-tts-riva"
+    assert ingress["metadata"]["annotations"] == {BACKEND_PROTOCOL: "GRPC"}
+    (rule,) = ingress["spec"]["rules"]
+    assert rule["host"] == "riva.example.com"
+    (path,) = rule["http"]["paths"]
+    assert (path["path"], path["pathType"]) == ("/", "Prefix")
+    target = path["backend"]["service"]
+    assert target["port"] == {"name": "riva"}
+    assert service_port_leads_to(docs, target["name"], "riva") == container_port(gateway_of(docs), "riva")
+    deployment, _ = gateway_pod_of(docs)
+    assert "riva" in reachable(docs, deployment, INGRESS_CONTROLLER)
+    # both Ingresses together: two objects, each with its own backend port
+    both = named(
+        render(helm, *mode, "--set", "ingress.enabled=true", "--set", "gateway.riva.ingress.enabled=true"),
+        "Ingress",
+    )
+    assert {
+        n: i["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]["port"]["name"]
+        for n, i in both.items()
+    } == {
+        "tts-triton-tts": "gateway",
+        "tts-triton-tts-riva": "riva",
+    }
+
+
+def test_the_riva_tls_ingress_value_set(helm: Path) -> None:
+    """ci/riva-tls-ingress-values.yaml: the certificate mounted, GRPCS to the backend, the
+    clients' TLS at the Ingress, another port, the user's annotations kept, and the port
+    open to the ingress controller's namespace only."""
+    docs = render(helm, "-f", str(RIVA_TLS_INGRESS_VALUES))
+    gateway = gateway_of(docs)
+    assert flags(gateway["args"])["--riva-port"] == ["50052"] and container_port(gateway, "riva") == 50052
+    assert flags(gateway["args"])["--riva-tls-key"] == [f"{RIVA_TLS}/tls.key"]
+    (ingress,) = named(docs, "Ingress").values()
+    assert ingress["metadata"]["annotations"] == {
+        BACKEND_PROTOCOL: "GRPCS",
+        "nginx.ingress.kubernetes.io/proxy-read-timeout": "300",
+    }
+    assert ingress["spec"]["ingressClassName"] == "nginx"
+    assert ingress["spec"]["tls"] == [{"secretName": "riva-example-com-tls", "hosts": ["riva.example.com"]}]
+    target = ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
+    assert service_port_leads_to(docs, target["name"], target["port"]["name"]) == 50052
+    assert reachable(docs, "tts-triton-tts-gateway", INGRESS_CONTROLLER) == {"gateway", "riva"}
+    assert "riva" not in reachable(docs, "tts-triton-tts-gateway", STRANGER)
+    # the user's own backend-protocol wins over the chart's
+    overridden = render(
+        helm,
+        "-f",
+        str(RIVA_TLS_INGRESS_VALUES),
+        "--set-string",
+        r"gateway.riva.ingress.annotations.nginx\.ingress\.kubernetes\.io/backend-protocol=GRPC",
+    )
+    assert by_kind(overridden, "Ingress")["metadata"]["annotations"][BACKEND_PROTOCOL] == "GRPC"
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (["--set", "gateway.riva.port=8001"], "gateway.riva.port 8001 is taken by Triton"),
+        (["--set", "gateway.riva.port=8080"], "gateway.riva.port 8080 is the gateway's HTTP port"),
+        (
+            ["--set", "gateway.mode=deployment", "--set", "gateway.riva.port=8080"],
+            "is the gateway's HTTP port",
+        ),
+        (["--set", "gateway.riva.port=0"], "minimum"),
+        (["--set", "gateway.riva.tsl.secretName=x"], "additional properties 'tsl' not allowed"),
+    ],
+)
+def test_bad_riva_values_fail_with_a_clear_message(helm: Path, values: list[str], message: str) -> None:
+    done = subprocess.run(
+        [str(helm), "template", "tts", str(CHART), *values], capture_output=True, text=True, check=False
+    )
+    assert done.returncode != 0 and message in done.stderr, done.stderr
+    # in its own pod the Riva port may be Triton's number
+    gateway = gateway_of(render(helm, "--set", "gateway.mode=deployment", "--set", "gateway.riva.port=8001"))
+    assert container_port(gateway, "riva") == 8001

@@ -234,18 +234,30 @@ def test_the_image_install_serves_an_intelligible_sentence(image_install: Path, 
     assert serve.returncode == 0, (tmp_path / "serve.log").read_text(encoding="utf-8")[-4000:]
 
 
+# Riva's generated protos (nvidia-riva-client, protobuf 6) from the image install: its voices.
+RIVA_VOICES = """
+import sys, grpc
+from riva.client.proto import riva_tts_pb2, riva_tts_pb2_grpc
+with grpc.insecure_channel(f"127.0.0.1:{sys.argv[1]}") as channel:
+    stub = riva_tts_pb2_grpc.RivaSpeechSynthesisStub(channel)
+    config = stub.GetRivaSynthesisConfig(riva_tts_pb2.RivaSynthesisConfigRequest(), timeout=30)
+print(" ".join(c.parameters["voice_name"] for c in config.model_config))
+"""
+
+
 def _check_gateway(image_install: Path, grpc_port: int, cwd: Path, env: dict[str, str]) -> None:
     """The image runs the gateway too (the chart's command, entry point overridden): from
-    the 3.12 install it starts, reaches Triton over gRPC, and stops cleanly on SIGTERM."""
+    the 3.12 install it starts, reaches Triton over gRPC, answers Riva's API on its own port
+    (nvidia-riva-client's protos on the image's protobuf), and stops cleanly on SIGTERM."""
     import urllib.error
     import urllib.request
 
-    port = free_port()
+    port, riva_port = free_port(), free_port()
     log_path = cwd / "gateway.log"
     with log_path.open("w", encoding="utf-8") as log:
         gateway = subprocess.Popen(
             [str(image_install / "bin" / "triton-tts"), "gateway", f"--triton-url=localhost:{grpc_port}",
-             "--host=127.0.0.1", f"--port={port}"],
+             "--host=127.0.0.1", f"--port={port}", f"--riva-port={riva_port}"],
             cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         try:
@@ -264,6 +276,8 @@ def _check_gateway(image_install: Path, grpc_port: int, cwd: Path, env: dict[str
                     except (urllib.error.URLError, OSError):  # not listening yet
                         status[probe] = 0
                 time.sleep(0.5)
+            voices = run([image_install / "bin" / "python", "-c", RIVA_VOICES, riva_port], cwd=cwd, env=env)
+            assert "joe" in voices.split(), voices
         finally:
             gateway.terminate()  # SIGTERM, as the kubelet sends
             try:

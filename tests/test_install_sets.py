@@ -23,6 +23,7 @@ import pytest
 import soundfile as sf
 import tomllib
 from packaging.requirements import Requirement
+from packaging.version import Version
 
 from tests.test_image_install import IMAGE_PYTHON, IMAGE_REQUIREMENTS, canonical, committed_tree, pinned, run
 from triton_tts.server import TritonServer
@@ -94,6 +95,20 @@ def test_the_image_set_satisfies_the_serving_ranges() -> None:
             )
             # One version on both Pythons where both have it: what CI tests is what ships.
             assert image[name] == lock[name], f"{name}: image {image[name]}, lock {lock[name]}"
+
+
+def test_the_image_set_is_the_locks_versions_and_keeps_numpy_1() -> None:
+    """Transitive packages too: the image's Python gets what the lock's Python runs (protobuf
+    6 for tritonclient 2.73 and Riva's generated protos, gevent's stack for the HTTP client),
+    where the lock has the package at all. numpy stays 1.x: Triton 2.51's Python-backend stub
+    (the tests' tritonserver) sends outputs of the wrong size with numpy 2."""
+    image = pinned(IMAGE_REQUIREMENTS.read_text(encoding="utf-8").splitlines())
+    lock = pinned(LOCK.read_text(encoding="utf-8").splitlines())
+    differ = {
+        name: (version, lock[name]) for name, version in image.items() if lock.get(name, version) != version
+    }
+    assert not differ, f"image set vs lock: {differ}"
+    assert Version(image["numpy"]).major == 1, image["numpy"]
 
 
 @pytest.fixture(scope="module")

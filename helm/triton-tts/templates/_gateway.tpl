@@ -63,13 +63,54 @@ own (sidecar), or the gateway Deployment's, named like Triton's (triton-tts.podR
 {{- max 1 (sub (sub (int .Values.terminationGracePeriodSeconds) (int .Values.preStopSleepSeconds)) 5) -}}
 {{- end -}}
 
+{{/* Riva's TTS API on the gateway's own port (gateway.riva): on with the gateway unless
+riva.enabled is false. */}}
+{{- define "triton-tts.rivaEnabled" -}}
+{{- if and (include "triton-tts.gatewayMode" .) .Values.gateway.riva.enabled -}}true{{- end -}}
+{{- end -}}
+
+{{- define "triton-tts.rivaIngressName" -}}
+{{- printf "%s-riva" (include "triton-tts.fullname" . | trunc 58 | trimSuffix "-") -}}
+{{- end -}}
+
+{{/* Where the riva.tls Secret (kubernetes.io/tls: tls.crt, tls.key) is mounted. */}}
+{{- define "triton-tts.rivaTlsPath" -}}/etc/triton-tts/riva-tls{{- end -}}
+
+{{/* The Service that carries the gateway's ports: the release's (sidecar) or its own. */}}
+{{- define "triton-tts.gatewayService" -}}
+{{- if eq .Values.gateway.mode "deployment" -}}
+{{ include "triton-tts.gatewayFullname" . }}
+{{- else -}}
+{{ include "triton-tts.fullname" . }}
+{{- end -}}
+{{- end -}}
+
+{{/* The gateway container's volumes, in whichever pod it runs. */}}
+{{- define "triton-tts.gatewayVolumes" -}}
+- name: gateway-tmp
+  emptyDir: {}
+{{- if and (include "triton-tts.rivaEnabled" .) .Values.gateway.riva.tls.secretName }}
+- name: riva-tls
+  secret:
+    secretName: {{ .Values.gateway.riva.tls.secretName }}
+{{- end }}
+{{- end -}}
+
 {{- define "triton-tts.gatewayContainer" -}}
 {{- $g := .Values.gateway -}}
+{{- $riva := include "triton-tts.rivaEnabled" . -}}
 {{- if eq $g.mode "sidecar" -}}
 {{- $t := .Values.triton -}}
-{{- if has (int $g.port) (list (int $t.httpPort) (int $t.grpcPort) (int $t.metricsPort) (int $t.healthPort)) -}}
+{{- $taken := list (int $t.httpPort) (int $t.grpcPort) (int $t.metricsPort) (int $t.healthPort) -}}
+{{- if has (int $g.port) $taken -}}
 {{- fail (printf "gateway.port %d is taken by Triton in the same pod (triton.*Port): pick another" (int $g.port)) -}}
 {{- end -}}
+{{- if and $riva (has (int $g.riva.port) $taken) -}}
+{{- fail (printf "gateway.riva.port %d is taken by Triton in the same pod (triton.*Port): pick another" (int $g.riva.port)) -}}
+{{- end -}}
+{{- end -}}
+{{- if and $riva (eq (int $g.riva.port) (int $g.port)) -}}
+{{- fail (printf "gateway.riva.port %d is the gateway's HTTP port (gateway.port): pick another" (int $g.riva.port)) -}}
 {{- end -}}
 - name: gateway
   image: {{ include "triton-tts.image" . }}
@@ -84,6 +125,12 @@ own (sidecar), or the gateway Deployment's, named like Triton's (triton-tts.podR
     # After SIGTERM (once preStop has slept), responses and sockets in flight get what is
     # left of the grace period, less 5 s to close the rest cleanly before the kubelet's SIGKILL.
     - --graceful-timeout-s={{ include "triton-tts.gatewayGracefulTimeout" . }}
+    # Riva's TTS API (gRPC) on its own port; 0: none
+    - --riva-port={{ if $riva }}{{ int64 $g.riva.port }}{{ else }}0{{ end }}
+    {{- if and $riva $g.riva.tls.secretName }}
+    - --riva-tls-cert={{ include "triton-tts.rivaTlsPath" . }}/tls.crt
+    - --riva-tls-key={{ include "triton-tts.rivaTlsPath" . }}/tls.key
+    {{- end }}
     {{- range $g.corsOrigins }}
     - {{ printf "--cors-origin=%s" . | quote }}
     {{- end }}
@@ -100,8 +147,12 @@ own (sidecar), or the gateway Deployment's, named like Triton's (triton-tts.podR
   {{- end }}
   ports:
     - { name: gateway, containerPort: {{ int64 $g.port }}, protocol: TCP }
+    {{- if $riva }}
+    - { name: riva, containerPort: {{ int64 $g.riva.port }}, protocol: TCP }
+    {{- end }}
   # /health/live: the process serves; /health/ready: Triton and its tts_stream model are
-  # ready (over the gRPC URL above).
+  # ready (over the gRPC URL above). They cover the Riva port too (the same process); no
+  # gRPC health check is served there.
   livenessProbe:
     httpGet: { path: /health/live, port: gateway }
     {{- toYaml $g.probes.liveness | nindent 4 }}
@@ -120,4 +171,7 @@ own (sidecar), or the gateway Deployment's, named like Triton's (triton-tts.podR
     {{- toYaml $g.resources | nindent 4 }}
   volumeMounts:
     - { name: gateway-tmp, mountPath: /tmp }
+    {{- if and $riva $g.riva.tls.secretName }}
+    - { name: riva-tls, mountPath: {{ include "triton-tts.rivaTlsPath" . }}, readOnly: true }
+    {{- end }}
 {{- end -}}
