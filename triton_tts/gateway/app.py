@@ -4,7 +4,9 @@ of ``tts_stream`` (triton_tts.client.AsyncTTSClient), so audio leaves as chunks 
 and a caller that goes away cancels its request on the server.
 
 Routes:
-  POST /v1/audio/speech        OpenAI's body (model, input, voice, response_format, speed)
+  POST /v1/audio/speech        OpenAI's body (model, input, voice, response_format, speed):
+                               the audio, or with stream_format "sse" OpenAI's events
+                               (triton_tts.gateway.sse)
   POST /v1/audio/speech/captioned   the same and ``stream``: base64 audio with each word's
                                times, whole or as JSON lines (triton_tts.gateway.captioned)
   GET  /v1/models[/{id}]       the model ids it answers to
@@ -49,7 +51,7 @@ from starlette.types import Send
 from starlette.websockets import WebSocket
 
 from triton_tts.client import NO_RETRIES, AsyncTTSClient, AudioChunk, TTSError
-from triton_tts.gateway import audio, captioned, dubbing, speakers
+from triton_tts.gateway import audio, captioned, dubbing, riva, speakers, sse
 from triton_tts.gateway.access import ApiKeys, BodyLimit, caller_of, key_of
 from triton_tts.gateway.connections import BodyDeadline, client_gone
 from triton_tts.gateway.errors import ApiError, from_tts_error
@@ -75,10 +77,11 @@ __all__ = ["MODEL_IDS", "Gateway", "GatewaySettings", "create_app"]
 
 
 async def open_stream(
-    client: AsyncTTSClient, request: SpeechRequest, settings: GatewaySettings
+    client: AsyncTTSClient, request: SpeechRequest, settings: GatewaySettings, **options: Any
 ) -> tuple[AudioChunk, AsyncGenerator[AudioChunk, None]]:
     """Start a synthesis and wait for its first chunk (refusals surface here, before any
-    response is sent); returns it and the rest."""
+    response is sent); returns it and the rest. ``options``: the client's other synthesis
+    options (the Riva door's lexicon and reference clip)."""
     chunks = client.stream(
         request.text,
         speed=request.speed,
@@ -90,6 +93,7 @@ async def open_stream(
         timestamps=request.timestamps,
         text_format=request.text_format,
         max_wait_s=request.max_wait_s,
+        **options,
     )
     try:
         first = await anext(chunks)
@@ -165,14 +169,14 @@ class Gateway:
         await client.close()
 
     async def open_stream(
-        self, request: SpeechRequest
+        self, request: SpeechRequest, **options: Any
     ) -> tuple[AudioChunk, AsyncGenerator[AudioChunk, None]]:
         """:func:`open_stream` on the current client, which counts as in use until the
         returned chunks are read or closed."""
         client = self.client
         self._users[client] += 1
         try:
-            first, rest = await open_stream(client, request, self.settings)
+            first, rest = await open_stream(client, request, self.settings, **options)
         except BaseException:
             self._users[client] -= 1
             raise
@@ -197,9 +201,12 @@ class Gateway:
             if self.settings.reconnect_s > 0
             else None
         )
+        door = await riva.start(self)  # Riva's TTS API on its own port, in this loop
         try:
             yield
         finally:
+            if door is not None:  # calls in flight get as long as HTTP responses do
+                await door.stop(self.settings.timeout_s)
             if reconnect is not None:
                 reconnect.cancel()
             for task in list(self._retired):
@@ -263,6 +270,8 @@ class Gateway:
             await rest.aclose()
             raise from_tts_error(err, self.settings) from None
 
+        events = body.stream_format == "sse"  # each piece an event, then done (or error)
+
         async def body_bytes() -> AsyncIterator[bytes]:
             # Leaving early (the caller hung up) closes ``rest``: the gRPC call is cancelled.
             nonlocal unsent
@@ -273,21 +282,27 @@ class Gateway:
                         if piece:
                             synthesis.audio_sent(unsent)
                             unsent = 0.0
-                            yield piece
+                            yield sse.delta(piece) if events else piece
                         piece = await anext(pieces)
                 except StopAsyncIteration:
                     if unsent:
                         synthesis.audio_sent(unsent)
                 except TTSError as err:
-                    self.cut(synthesis, from_tts_error(err, self.settings), err)
+                    error = from_tts_error(err, self.settings)
+                    self.cut(synthesis, error, err)
+                    if events:
+                        yield sse.error(error)
                     raise BodyCut from None
+            if events:
+                yield sse.done(body.input, synthesis.audio_seconds)
 
         headers = {
             "X-Sample-Rate": str(encoder.sample_rate),
             "X-Voice": speech_request.voice,
             "Cache-Control": "no-store",
         }
-        return AudioStream(body_bytes(), media_type=encoder.content_type, headers=headers)
+        media_type = sse.MEDIA_TYPE if events else encoder.content_type
+        return AudioStream(body_bytes(), media_type=media_type, headers=headers)
 
     async def captioned(self, request: Request) -> Response:
         """Speech and its words' times (triton_tts.gateway.captioned)."""

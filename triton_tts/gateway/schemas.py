@@ -28,7 +28,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails, PydanticCustomError
 
-from triton_tts.gateway import audio
+from triton_tts.gateway import audio, sse
 from triton_tts.gateway.errors import ApiError, invalid
 from triton_tts.validation import MAX_LONG_TEXT_CHARS, MAX_NOISE, MAX_SPEED, MIN_SPEED
 
@@ -139,9 +139,22 @@ def _response_format(value: str) -> str:
 
 
 def _stream_format(value: str) -> str:
+    if value not in sse.STREAM_FORMATS:
+        raise PydanticCustomError(
+            "invalid_value",
+            "unknown stream_format {fmt}; use one of {known}",
+            {"fmt": shown(value), "known": ", ".join(sse.STREAM_FORMATS)},
+        )
+    return value
+
+
+def _captioned_stream_format(value: str) -> str:
     if value != "audio":
         raise PydanticCustomError(
-            "invalid_value", "stream_format {fmt} is not supported here; use 'audio'", {"fmt": shown(value)}
+            "unsupported_format",
+            "stream_format {fmt} is not supported by captioned speech: it streams JSON lines "
+            "with 'stream': true; leave stream_format out",
+            {"fmt": shown(value)},
         )
     return value
 
@@ -164,7 +177,7 @@ class Voicing(BaseModel):
     """How to speak: what the speech request, ``speak`` and a text stream's ``start`` share."""
 
     # strict: a number is a JSON number, a string a JSON string (no "1.5" for 1.5, no
-    # true for 1); unknown fields (OpenAI's ``instructions``) are ignored.
+    # true for 1); unknown fields are ignored.
     model_config = ConfigDict(strict=True, allow_inf_nan=False, extra="ignore", frozen=True)
 
     voice: Annotated[
@@ -206,8 +219,15 @@ class SpeechBody(_Synthesis):
         Field(description=f"one of {', '.join(audio.CONTENT_TYPES)}"),
     ] = "mp3"
     stream_format: Annotated[
-        str, _or_default("audio"), AfterValidator(_stream_format), Field(description="'audio'")
+        str,
+        _or_default("audio"),
+        AfterValidator(_stream_format),
+        Field(description=" or ".join(repr(f) for f in sse.STREAM_FORMATS)),
     ] = "audio"
+    # OpenAI's prompt for gpt-4o-mini-tts ("speak cheerfully"). Accepted, so that clients
+    # that always send it (LiveKit's plugin, when set) work, and ignored: the voice and its
+    # speaker decide how it sounds here, and no served model reads a prompt (docs/api.md).
+    instructions: Annotated[str | None, Field(description="a string (accepted and ignored)")] = None
 
 
 class CaptionedBody(SpeechBody):
@@ -215,6 +235,9 @@ class CaptionedBody(SpeechBody):
     with every word's time; ``stream``: as JSON lines, chunk by chunk."""
 
     stream: Stream = False
+    stream_format: Annotated[
+        str, _or_default("audio"), AfterValidator(_captioned_stream_format), Field(description="'audio'")
+    ] = "audio"
 
 
 class Speak(_Synthesis):
