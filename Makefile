@@ -34,6 +34,7 @@ HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
 GATEWAY_PORT ?= 8080
+RIVA_PORT ?= 50051
 
 .PHONY: setup setup-serve system-packages dev-system-packages apt-install serve test test-unit lint typecheck check voice repo bench bench-peers soak clean
 
@@ -110,7 +111,7 @@ repo: setup-serve
 	$(BIN)/triton-tts build-repo --voice voices/joe --out $(REPOSITORY)
 
 serve: setup-serve
-	$(BIN)/triton-tts serve --voice voices/joe --model-repository $(REPOSITORY) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) --gateway-port $(GATEWAY_PORT)
+	$(BIN)/triton-tts serve --voice voices/joe --model-repository $(REPOSITORY) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) --gateway-port $(GATEWAY_PORT) --riva-port $(RIVA_PORT)
 
 lint: setup
 	$(BIN)/ruff check .
@@ -199,4 +200,4 @@ voices/baker/voice.json: | $(ZH_VENV)/bin/python
 voice-zh: voices/baker/voice.json
 
 serve-zh: setup-serve voices/baker/voice.json
-	$(BIN)/triton-tts serve --voice voices/joe --voice voices/baker --model-repository $(REPOSITORY)-zh --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) --gateway-port $(GATEWAY_PORT)
+	$(BIN)/triton-tts serve --voice voices/joe --voice voices/baker --model-repository $(REPOSITORY)-zh --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) --gateway-port $(GATEWAY_PORT) --riva-port $(RIVA_PORT)
