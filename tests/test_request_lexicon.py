@@ -6,17 +6,21 @@ keep their written form in the timestamps, and a bad entry is a 400 / INVALID_AR
 over HTTP and gRPC and a tagged refusal in a stream, which still ends with its final flag.
 Then the client library: ``lexicon=`` reaches tts_stream, and ``reference_audio=`` sent to
 a voice that does not clone is refused by the server (the XTTS voice that takes it:
-tests/test_xtts_serving.py)."""
+tests/test_xtts_serving.py); the CLI's ``--say WORD=PHONEMES``."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pytest
+import soundfile as sf
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
@@ -167,3 +171,18 @@ def test_the_client_sends_a_lexicon_and_a_clip_that_only_cloning_voices_take(ser
             tts.synthesize(SENTENCE, lexicon={"snow": "☃"})
     with TTSClient(server.grpc_url, "grpc") as tts, pytest.raises(RequestRejected, match="REFERENCE_AUDIO"):
         list(tts.stream(SENTENCE, reference_audio=clip, reference_sample_rate=22050))
+
+
+def test_the_cli_says_words_as_told_and_names_an_entry_the_voice_cannot_say(
+    server: TritonServer, tmp_path: Path
+) -> None:
+    def say_cli(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "triton_tts.cli", "say", SENTENCE, "--url", server.http_url, *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+
+    out = tmp_path / "tomato.wav"
+    assert say_cli("--say", f"tomato={POTATO}", "--say", "soup=sˈuːp", "-o", str(out)).returncode == 0
+    assert sf.info(str(out)).frames > 0
+    refused = say_cli("--say", "snow=☃", "-o", str(tmp_path / "snow.wav"))
+    assert refused.returncode == 1 and "LEXICON entry 'snow'" in refused.stderr.strip().splitlines()[-1]
+    assert say_cli("--say", "tomato").returncode == 2  # argparse: expected WORD=PHONEMES

@@ -704,6 +704,31 @@ def test_tts_picks_named_speakers_by_id_and_refuses_what_xtts_lacks(
         client.close()
 
 
+def test_the_clients_stream_sends_a_clip_to_clone_and_a_lexicon_is_refused(xtts_server: TritonServer) -> None:
+    """The client library's reference_audio= reaches the XTTS voice through tts_stream (without
+    a clip or a speaker the voice refuses the text); its lexicon= is refused by name."""
+    import asyncio
+
+    from triton_tts.client import AsyncTTSClient, RequestRejected
+
+    text, reference = "Cloned through the client.", clip(61, 5.0)
+
+    async def run() -> None:
+        async with AsyncTTSClient(xtts_server.grpc_url, "grpc") as tts:
+            chunks = [c async for c in tts.stream(text, voice="xtts", reference_audio=reference,
+                                                  reference_sample_rate=22050)]  # fmt: skip
+            assert chunks and chunks[-1].is_last and {c.sample_rate for c in chunks} == {24000}
+            for options, message in (
+                ({}, "REFERENCE_AUDIO"),
+                ({"lexicon": {"client": "klaɪənt"}}, "LEXICON"),
+            ):
+                with pytest.raises(RequestRejected, match=message):
+                    async for _ in tts.stream(text, voice="xtts", **options):
+                        pass
+
+    asyncio.run(run())
+
+
 def test_the_gateway_speaks_with_a_stored_speaker(xtts_server: TritonServer) -> None:
     import openai
 

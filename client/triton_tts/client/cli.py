@@ -67,6 +67,22 @@ def add_synthesis_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--speed", type=float, default=None, help="1.0 = normal, 2.0 = twice as fast")
     parser.add_argument("--speaker-id", type=int, default=None, help="speaker of a multi-speaker voice")
     parser.add_argument("--format", choices=list(SUBTYPES), default="pcm16", help="sample format")
+    parser.add_argument(
+        "--say",
+        type=_pronunciation,
+        action="append",
+        default=None,
+        metavar="WORD=PHONEMES",
+        help="say WORD as PHONEMES (the voice's symbols: IPA, or pinyin for Mandarin), this call only; "
+        "repeatable (the server's LEXICON input)",
+    )
+
+
+def _pronunciation(given: str) -> tuple[str, str]:
+    word, equals, phonemes = given.partition("=")
+    if not equals or not word.strip() or not phonemes.strip():
+        raise argparse.ArgumentTypeError(f"expected WORD=PHONEMES, got {given!r}")
+    return word.strip(), phonemes.strip()
 
 
 def add_say_arguments(parser: argparse.ArgumentParser) -> None:
@@ -124,7 +140,8 @@ class AudioSink:
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
-    return {"speed": args.speed, "speaker_id": args.speaker_id, "voice": args.voice}
+    lexicon = dict(args.say) if args.say else None
+    return {"speed": args.speed, "speaker_id": args.speaker_id, "voice": args.voice, "lexicon": lexicon}
 
 
 def _report(message: str, args: argparse.Namespace) -> None:
