@@ -23,6 +23,8 @@ import numpy as np
 import pytest
 import riva.client
 import soundfile as sf
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from riva.client.proto import riva_tts_pb2 as rtts
 from riva.client.proto.riva_audio_pb2 import AudioEncoding
 
@@ -264,3 +266,47 @@ def test_the_gateway_counts_riva_calls_in_its_metrics(
     list(service.synthesize_online(["One.", "Two."], sample_rate_hz=16000))
     refused(service.synthesize, "Hello.", voice_name="nope")
     assert count("ok") == ok + 2 and count("invalid_value") == invalid + 1
+
+
+TEXTS = st.one_of(
+    st.sampled_from(
+        ["Hi.", "<speak>Hi <break time='300ms'/> there.</speak>", "<speak>Hi", "", " ", "12/24."]
+    ),
+    st.text(st.characters(exclude_categories=("Cs",)), max_size=30),
+)
+RIVA_REQUESTS = st.builds(
+    rtts.SynthesizeSpeechRequest,
+    text=TEXTS,
+    language_code=st.one_of(st.sampled_from(["en-US", "", "en-GB", "zh-CN", "xx-YY"]), st.text(max_size=12)),
+    encoding=st.integers(-1, 25),
+    sample_rate_hz=st.one_of(
+        st.sampled_from([0, 8000, 16000, 22050, 24000, 48000]), st.integers(-(2**31), 2**31 - 1)
+    ),
+    voice_name=st.one_of(
+        st.sampled_from(
+            ["", "joe", "alloy", "Magpie-Multilingual.EN-US.Aria", "joe.x", "joe:1", "English-US.Female-1"]
+        ),
+        st.text(st.characters(exclude_categories=("Cs",)), max_size=20),
+    ),
+    custom_dictionary=st.one_of(
+        st.just(""), st.sampled_from(["hi  hˈaɪ", "hi hˈaɪ", "hi  ☃"]), st.text(max_size=30)
+    ),
+    enable_word_time_offsets=st.booleans(),
+    custom_configuration=st.dictionaries(st.sampled_from(["speed", "x"]), st.text(max_size=5), max_size=2),
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(request=RIVA_REQUESTS)
+def test_generated_requests_are_served_or_invalid_argument(
+    service: riva.client.SpeechSynthesisService, request: rtts.SynthesizeSpeechRequest
+) -> None:
+    """Whatever the fields hold, the answer is audio or INVALID_ARGUMENT with a message:
+    never INTERNAL, UNKNOWN, or a hang."""
+    try:
+        response = service.stub.Synthesize(request, timeout=120)
+    except grpc.RpcError as err:
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, (err.code(), err.details(), request)
+        assert err.details()
+        return
+    assert response.audio or request.encoding == AudioEncoding.FLAC
