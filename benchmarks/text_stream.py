@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     with ExitStack() as stack:
-        _, gateway = server_and_gateway(stack, args.url_grpc, args.gateway)
+        _, gateway, _ = server_and_gateway(stack, args.url_grpc, args.gateway)
         spoken_whole(gateway, SENTENCES[0])  # warm
         runs, wholes = [], []
         for i in range(args.texts):  # one after the other: one socket at a time
