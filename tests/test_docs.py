@@ -127,6 +127,15 @@ RUN_ELSEWHERE = {
     "triton-tts serve --voice voices/joe-int8": "tests/test_quantize.py::test_int8_vocoder_runs_in_the_cpu_stage",  # noqa: E501
     "triton-tts export coqui --checkpoint fastspeech2.pth --config config.json --vocoder-checkpoint hifigan.pth --vocoder-config hifigan.json --out voices/mine [--name mine]": "tests/helpers.py::export_random_coqui_voice",  # noqa: E501
     "triton-tts export coqui ... --precision int8": "tests/test_coqui_vits.py::test_precisions",
+    "triton-tts gateway --triton-url HOST:8001 --riva-port 50051": (
+        "tests/test_riva.py::test_the_config_lists_every_served_voice_as_riva_clients_read_it"
+    ),
+    "triton-tts gateway ... --riva-tls-cert tls.crt --riva-tls-key tls.key": (
+        "tests/test_riva.py::test_tls_with_a_certificate_and_its_key"
+    ),
+    "triton-tts serve --gateway-port 8080 --riva-port 50051": (
+        "tests/test_lifecycle.py::test_ready_only_after_every_model_has_warmed_up"
+    ),
     "locust -f benchmarks/locustfile.py --headless -u 8 -r 8 -t 60s --host localhost:8000 --grpc-url localhost:8001": (  # noqa: E501
         "tests/test_benchmarks.py::test_locust_scenario_smoke"  # 2 users, not 8 for 60 s
     ),
@@ -173,6 +182,9 @@ NOT_HERE = {
     "kubectl -n speech port-forward service/tts-triton-tts 8000 8001": "Kubernetes",
     "kubectl -n speech port-forward service/tts-triton-tts 8080": "Kubernetes",
     "kubectl -n speech create secret generic tts-gateway-keys --from-literal=api-key=KEY1,KEY2": "Kubernetes",
+    "helm upgrade tts helm/triton-tts -n speech --reuse-values --set gateway.riva.tls.secretName=tts-riva-tls --set gateway.riva.ingress.enabled=true --set gateway.riva.ingress.className=nginx --set 'gateway.riva.ingress.hosts[0].host=riva.example.com' --set 'gateway.riva.ingress.tls[0].secretName=riva-example-com-tls' --set 'gateway.riva.ingress.tls[0].hosts[0]=riva.example.com'": "Kubernetes (its render: tests/test_helm_chart.py)",  # noqa: E501
+    "kubectl -n speech create secret tls tts-riva-tls --cert=riva.crt --key=riva.key": "Kubernetes",
+    "kubectl -n speech port-forward service/tts-triton-tts 50051": "Kubernetes",
 }
 
 

@@ -20,6 +20,7 @@ from typing import IO, Any
 
 import numpy as np
 import pytest
+import riva.client as riva_client
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
@@ -120,9 +121,18 @@ def test_ready_only_after_every_model_has_warmed_up(voice_dir: Path, tmp_path: P
     is noted. Every instance of every model configured with warm-up samples logged its
     warm-up (Triton's --log-verbose 1 line) before that point in the log. The gateway that
     serve runs (``--gateway-port``, as ``make serve`` does) speaks once serve says ready,
-    and stops with it."""
-    gateway_port = free_port()
-    serve = Serve.start(voice_dir, tmp_path, "--log-verbose", "1", "--gateway-port", str(gateway_port))
+    and stops with it, as does its Riva door (``--riva-port``)."""
+    gateway_port, riva_port = free_port(), free_port()
+    serve = Serve.start(
+        voice_dir,
+        tmp_path,
+        "--log-verbose",
+        "1",
+        "--gateway-port",
+        str(gateway_port),
+        "--riva-port",
+        str(riva_port),
+    )
     gateway = f"http://localhost:{gateway_port}"
     try:
         triton = f"http://localhost:{serve.http_port}/v2/health/ready"
@@ -146,6 +156,8 @@ def test_ready_only_after_every_model_has_warmed_up(voice_dir: Path, tmp_path: P
         )
         with urllib.request.urlopen(speech, timeout=120) as response:
             assert response.read()[:4] == b"RIFF"
+        riva = riva_client.SpeechSynthesisService(riva_client.Auth(uri=f"localhost:{riva_port}"))
+        assert len(riva.synthesize("Ready.", sample_rate_hz=16000).audio) > 8000  # serve's Riva door
         returncode = serve.stop()
         log = serve.log.read_bytes()
         output = serve.output()

@@ -15,8 +15,10 @@ from __future__ import annotations
 import io
 import itertools
 import os
+import subprocess
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import numpy as np
@@ -310,3 +312,24 @@ def test_generated_requests_are_served_or_invalid_argument(
         assert err.details()
         return
     assert response.audio or request.encoding == AudioEncoding.FLAC
+
+
+def test_tls_with_a_certificate_and_its_key(server: TritonServer, tmp_path: Path) -> None:
+    """``--riva-tls-cert``/``--riva-tls-key``: a client that trusts the certificate is
+    served; one that speaks plaintext to the TLS port gets no answer."""
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=DNS:localhost", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    port = free_port()
+    tls = ("--riva-port", str(port), "--riva-tls-cert", str(cert), "--riva-tls-key", str(key))
+    with running_gateway(server.grpc_url, *tls):
+        secure = riva.client.Auth(ssl_root_cert=str(cert), use_ssl=True, uri=f"localhost:{port}")
+        response = riva.client.SpeechSynthesisService(secure).synthesize("Hello.", sample_rate_hz=16000)
+        assert len(response.audio) > 16000
+        plain = riva.client.SpeechSynthesisService(riva.client.Auth(uri=f"localhost:{port}"))
+        with pytest.raises(grpc.RpcError) as caught:
+            plain.stub.GetRivaSynthesisConfig(rtts.RivaSynthesisConfigRequest(), timeout=10)
+        assert caught.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
