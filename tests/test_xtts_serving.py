@@ -916,3 +916,43 @@ def test_xtts_texts_are_admitted_by_their_work_in_the_shared_ledger(
     assert not errors and chunks[-1]["last"]
     wait_until(lambda: xtts_ledger.load().texts == 0, 30, "the XTTS work to leave the ledger")
     assert xtts_ledger.load().text_work_s == 0
+
+
+def test_the_riva_door_clones_a_zero_shot_prompt_in_the_asked_language(xtts_server: TritonServer) -> None:
+    """Riva's SynthesizeOnline with zero_shot_data (a WAV file's bytes, as Pipecat sends
+    its prompt file) reaches the XTTS voice as a clip to clone, answered at the asked
+    rate; language_code picks XTTS's language, one it lacks is refused by name, and a
+    named speaker is Riva's ``voice.speaker``."""
+    import io
+
+    import grpc
+    import riva.client
+    from riva.client.proto import riva_tts_pb2 as rtts
+
+    from tests.helpers import running_gateway
+
+    prompt = io.BytesIO()
+    sf.write(prompt, clip(62, 4.0, 16000), 16000, format="WAV")
+    port = free_port()
+    with running_gateway(xtts_server.grpc_url, "--riva-port", str(port)):
+        service = riva.client.SpeechSynthesisService(riva.client.Auth(uri=f"localhost:{port}"))
+
+        def request(language: str, voice: str = "xtts", clone: bool = True) -> rtts.SynthesizeSpeechRequest:
+            asked = rtts.SynthesizeSpeechRequest(
+                text="Hallo aus Triton.", language_code=language, voice_name=voice, sample_rate_hz=16000
+            )
+            if clone:
+                asked.zero_shot_data.audio_prompt = prompt.getvalue()
+            return asked
+
+        answers = list(service.stub.SynthesizeOnline(iter([request("de-DE")])))
+        audio = b"".join(a.audio for a in answers)
+        assert answers and len(audio) % 2 == 0 and len(audio) >= 2 * 1024 * 16000 // 24000
+        named = service.stub.Synthesize(request("en-US", f"xtts.{NARRATOR}", clone=False))
+        assert len(named.audio) >= 2 * 1024 * 16000 // 24000
+        for asked, words in ((request("xx-YY"), "xx"), (request("de-DE", clone=False), "REFERENCE_AUDIO")):
+            with pytest.raises(grpc.RpcError) as refused:
+                service.stub.Synthesize(asked)
+            assert (
+                refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT and words in refused.value.details()
+            )

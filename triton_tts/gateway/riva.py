@@ -98,6 +98,15 @@ def same_language(asked: str, voice: VoiceInfo) -> bool:
     return want == have or (want in CHINESE and have in CHINESE)
 
 
+def xtts_language(language_code: str) -> str | None:
+    """A language_code as XTTS names its languages ("de-DE" -> "de", "zh-CN" -> "zh-cn");
+    None for none (the voice's first). A language the voice lacks is refused by the server."""
+    primary = re.split(r"[-_]", language_code.strip())[0].lower()
+    if not primary:
+        return None
+    return "zh-cn" if primary in CHINESE else primary
+
+
 def parse_dictionary(text: str) -> dict[str, str]:
     """Riva's ``custom_dictionary`` -> {written form: phonemes} (ValueError naming the entry)."""
     entries: dict[str, str] = {}
@@ -150,6 +159,7 @@ class RivaCall:
     prompt: tuple[npt.NDArray[np.float32], int] | None
     text: str
     request_id: str
+    language: str | None = None  # an XTTS voice's LANGUAGE (xtts_language)
 
 
 async def resolve_voice(gateway: Gateway, name: str, language_code: str) -> tuple[str, int | None, VoiceInfo]:
@@ -395,6 +405,7 @@ class RivaSpeech(rtts_grpc.RivaSpeechSynthesisServicer):  # type: ignore[misc]  
             prompt=prompt,
             text=fields.text,
             request_id=request.id.value if request.HasField("id") else "",
+            language=xtts_language(fields.language_code) if info.kind == XTTS_KIND else None,
         )
 
     async def _chunks(self, call: RivaCall) -> AsyncIterator[AudioChunk]:
@@ -404,6 +415,8 @@ class RivaSpeech(rtts_grpc.RivaSpeechSynthesisServicer):  # type: ignore[misc]  
             extra["lexicon"] = call.lexicon
         if call.prompt is not None:
             extra["reference_audio"], extra["reference_sample_rate"] = call.prompt
+        if call.language:
+            extra["language"] = call.language
         first, rest = await self.gateway.open_stream(call.speech, **extra)
         async with aclosing(rest):
             yield first

@@ -41,6 +41,9 @@ class SynthesisOptions:
     # REFERENCE_AUDIO and REFERENCE_SAMPLE_RATE inputs. Other voices refuse a clip.
     reference_audio: npt.NDArray[np.float32] | None = None
     reference_sample_rate: int | None = None
+    # The language an XTTS voice speaks the text in (its codes: "en", "de", "zh-cn", ...;
+    # None: the voice's first); the LANGUAGE input. Other voices speak their own language.
+    language: str | None = None
 
     @property
     def parameters(self) -> dict[str, str | int] | None:
