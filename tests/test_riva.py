@@ -118,6 +118,12 @@ def test_synthesize_online_streams_each_text_in_order_and_echoes_ids(
     heard = transcribe(np.concatenate([first, second]), 22050)
     assert word_error_rate([" ".join(texts)], [heard]) <= 0.5, heard
 
+    pieces = list(service.synthesize_online(["Wait", "...", "for it."], sample_rate_hz=16000))
+    assert next(a.meta.text for a in pieces if a.audio) == "Wait" and pieces[-1].meta.text == "for it."
+    assert "..." not in {a.meta.text for a in pieces}  # nothing to say: no answer, and the call goes on
+    with pytest.raises(grpc.RpcError, match="pronounce"):  # alone on Synthesize: refused
+        service.synthesize("...")
+
     request = rtts.SynthesizeSpeechRequest(
         text=texts[0], sample_rate_hz=16000, encoding=AudioEncoding.LINEAR_PCM
     )

@@ -6,7 +6,8 @@ so Riva's own clients and the voice-agent frameworks' NVIDIA plugins (Pipecat's
 - ``Synthesize``: one text, the whole audio in one answer.
 - ``SynthesizeOnline`` (bidirectional): each request on the stream is one text, spoken in
   order, its audio answered chunk by chunk as the server makes it; the caller's
-  half-close ends the call once the last text is spoken.
+  half-close ends the call once the last text is spoken. A text with nothing to pronounce
+  (a piece such as "..." of a text sent in pieces) is answered with no audio.
 - ``GetRivaSynthesisConfig``: one ``Config`` per served voice (``model_name`` the voice;
   ``language_code``, ``voice_name``, ``subvoices`` and ``sample_rate_hz`` parameters).
 
@@ -52,6 +53,7 @@ from triton_tts.gateway.metrics import CANCELLED, OK, GatewayMetrics
 from triton_tts.gateway.schemas import MAX_WAIT_S, SpeechRequest
 from triton_tts.gateway.settings import GatewaySettings
 from triton_tts.gateway.voices import Voices
+from triton_tts.text.speaks import pronounceable
 from triton_tts.validation import MAX_SPEED, MIN_SPEED
 
 
@@ -160,6 +162,7 @@ class RivaCall:
     text: str
     request_id: str
     language: str | None = None  # an XTTS voice's LANGUAGE (xtts_language)
+    speaks: bool = True  # False: nothing the voice can pronounce ("...", "* * *")
 
 
 async def resolve_voice(gateway: Gateway, name: str, language_code: str) -> tuple[str, int | None, VoiceInfo]:
@@ -293,6 +296,9 @@ class RivaSpeech(rtts_grpc.RivaSpeechSynthesisServicer):  # type: ignore[misc]  
             outcome = CANCELLED
             try:
                 call = await self._parse(request, caller, context)
+                if not call.speaks:  # a piece of a longer text ("..."): nothing to say, the call goes on
+                    outcome = OK
+                    continue
                 synthesis.format = riva_audio.encoding_name(call.encoding).lower()
                 encoder = riva_audio.encoder(call.encoding, call.voice_rate, call.rate)
                 async for chunk in self._chunks(call):
@@ -406,6 +412,7 @@ class RivaSpeech(rtts_grpc.RivaSpeechSynthesisServicer):  # type: ignore[misc]  
             text=fields.text,
             request_id=request.id.value if request.HasField("id") else "",
             language=xtts_language(fields.language_code) if info.kind == XTTS_KIND else None,
+            speaks=info.kind == XTTS_KIND or pronounceable(fields.text, info.tokens),
         )
 
     async def _chunks(self, call: RivaCall) -> AsyncIterator[AudioChunk]:
