@@ -52,7 +52,9 @@ def make_tts(
         voice=voice,
         language_code=language_code,
         use_ssl=False,  # a local server; behind a TLS proxy, True
-        api_key=api_key,  # the gateway's key, when it was started with keys
+        # the gateway's key, when it has keys; over a plain port it goes with each synthesis,
+        # not with list_voices() (riva.client puts it on the channel only with TLS)
+        api_key=api_key,
     )
 
 

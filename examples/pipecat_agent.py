@@ -3,7 +3,10 @@
 The gateway serves Riva's TTS API (``triton-tts gateway --riva-port``, 50051 by default, and
 ``triton-tts serve`` starts it), which is what Pipecat's ``NvidiaTTSService`` calls: point it
 at the gateway with ``use_ssl=False`` and one of the served voices (``triton-tts voices``). No
-NVIDIA key is needed; a server started with keys takes one as ``api_key``.
+NVIDIA key is needed. A gateway started with keys takes one as ``api_key``; over a plain
+(non-TLS) port the plugin sends it with each synthesis but not with the
+``GetRivaSynthesisConfig`` of its start-up (riva.client puts the key on the channel only
+with TLS).
 
 Run it against a local server (``make serve``); it speaks the text into a WAV file:
 
