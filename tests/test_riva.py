@@ -244,11 +244,14 @@ def test_keys_come_from_the_authorization_metadata_and_the_cloud_metadata_is_ign
         anonymous = riva.client.SpeechSynthesisService(riva.client.Auth(uri=f"localhost:{port}"))
         error = refused(anonymous.synthesize, "Hello.")
         assert error.code() == grpc.StatusCode.UNAUTHENTICATED and "Bearer" in error.details()
-        assert refused(anonymous.stub.GetRivaSynthesisConfig, rtts.RivaSynthesisConfigRequest()).code() == (
-            grpc.StatusCode.UNAUTHENTICATED
+        # the voice list without a key, as the NVIDIA plugins ask for it on a plaintext port
+        assert anonymous.stub.GetRivaSynthesisConfig(rtts.RivaSynthesisConfigRequest()).model_config
+        wrong = riva.client.SpeechSynthesisService(
+            riva.client.Auth(uri=f"localhost:{port}", metadata_args=[["authorization", "Bearer nope"]])
         )
-        wrong = riva.client.Auth(uri=f"localhost:{port}", metadata_args=[["authorization", "Bearer nope"]])
-        assert refused(riva.client.SpeechSynthesisService(wrong).synthesize, "Hello.").code() == (
+        assert refused(wrong.synthesize, "Hello.").code() == grpc.StatusCode.UNAUTHENTICATED
+        config, metadata_of_wrong = rtts.RivaSynthesisConfigRequest(), wrong.auth.get_auth_metadata()
+        assert refused(wrong.stub.GetRivaSynthesisConfig, config, metadata=metadata_of_wrong).code() == (
             grpc.StatusCode.UNAUTHENTICATED
         )
         metadata = [

@@ -20,8 +20,9 @@ the request's audio), ``custom_configuration`` (``speed`` only), ``id`` echoed.
 
 It runs in the gateway's process and event loop, over the gateway's Triton client: the
 same keys (``authorization: Bearer``; NVIDIA's cloud metadata such as ``function-id`` is
-ignored), the same admission per caller, the same metrics (``api="riva"``). Errors are
-gRPC statuses: the caller's mistakes INVALID_ARGUMENT (NOT_FOUND: no such voice in
+ignored; the voice list needs none, as the NVIDIA plugins ask for it without), the same
+admission per caller, the same metrics (``api="riva"``). Errors are gRPC statuses: the
+caller's mistakes INVALID_ARGUMENT (NOT_FOUND: no such voice in
 ``GetRivaSynthesisConfig``), a missing or wrong key UNAUTHENTICATED, a busy server
 RESOURCE_EXHAUSTED (with ``retry-after`` seconds in the trailing metadata and the
 message), an unreachable Triton UNAVAILABLE, no answer in time DEADLINE_EXCEEDED.
@@ -246,7 +247,10 @@ class RivaSpeech(rtts_grpc.RivaSpeechSynthesisServicer):  # type: ignore[misc]  
     async def GetRivaSynthesisConfig(  # noqa: N802 (the proto's name)
         self, request: rtts.RivaSynthesisConfigRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> rtts.RivaSynthesisConfigResponse:
-        await self._guard(context)
+        # No key needed, a wrong one refused: the NVIDIA plugins ask for it without their
+        # metadata on a plaintext port (riva.client adds it per call only to syntheses),
+        # and it tells only what GET /v1/audio/voices would (names, languages, rates).
+        await self._guard(context, anonymous=True)
         try:
             served = await self.gateway.voices.served()
         except ApiError as err:
@@ -318,11 +322,12 @@ class RivaSpeech(rtts_grpc.RivaSpeechSynthesisServicer):  # type: ignore[misc]  
 
     # -- the parts ---------------------------------------------------------------------
 
-    async def _guard(self, context: grpc.aio.ServicerContext[Any, Any]) -> str:
-        """The key check; the caller's name for admission."""
+    async def _guard(self, context: grpc.aio.ServicerContext[Any, Any], anonymous: bool = False) -> str:
+        """The key check (``anonymous``: a call without one passes too); the caller's name
+        for admission."""
         metadata = {k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
         key = key_of(metadata, {})
-        if not authorized(self.settings, key):
+        if not authorized(self.settings, key) and not (anonymous and key is None):
             await context.abort(
                 grpc.StatusCode.UNAUTHENTICATED,
                 "a valid API key is required: send the metadata 'authorization: Bearer KEY'",
