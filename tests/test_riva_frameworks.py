@@ -316,3 +316,32 @@ def test_the_examples_build_their_services_offline(monkeypatch: pytest.MonkeyPat
             check=False,
         )
         assert done.returncode == 0 and "--voice" in done.stdout, (script, done.stderr[-2000:])
+
+
+def test_both_plugins_work_with_a_keyed_gateway_on_a_plaintext_port(server: TritonServer) -> None:
+    """With API keys on and no TLS, riva.client sends the plugins' key with each synthesis
+    but not with GetRivaSynthesisConfig (Pipecat's start-up, LiveKit's list_voices): the
+    config answers without a key, the syntheses are served with it."""
+    riva_port, key = free_port(), "frameworks-key"
+    with running_gateway(server.grpc_url, "--riva-port", str(riva_port), env={"TRITON_TTS_API_KEY": key}):
+        wait_until(lambda: _accepts(riva_port), 60, f"the gateway's Riva port {riva_port}")
+        riva = f"localhost:{riva_port}"
+
+        async def drive() -> tuple[list[Frame], dict[str, Any], list[Any]]:
+            service = pipecat_agent.make_tts(riva, "joe", synthesis_mode="per_sentence", api_key=key)
+            async with set_up(service, playback=False):  # start-up reads the config
+                frames = [f async for f in service.run_tts(SENTENCES[0], "turn-1") if f is not None]
+            engine = livekit_agent.make_tts(riva, "joe", language_code="en-US", api_key=key)
+            try:
+                voices = await asyncio.to_thread(engine.list_voices)
+                async with engine.synthesize(SENTENCES[0]) as stream:
+                    lk_frames = [audio.frame async for audio in stream]
+            finally:
+                await engine.aclose()
+            return frames, voices, lk_frames
+
+        frames, voices, lk_frames = run(drive())
+    assert not [f for f in frames if isinstance(f, ErrorFrame)], frames
+    audio_of(frames)
+    assert "joe" in {name for entry in voices.values() for name in entry["voices"]}
+    assert lk_frames and sum(f.samples_per_channel for f in lk_frames) > LIVEKIT_RATE // 4
