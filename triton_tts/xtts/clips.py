@@ -16,6 +16,9 @@ from triton_tts.xtts.runner import ClipRefused, Conditioning, FloatArray, XttsRu
 
 MIN_RATE, MAX_RATE = 8000, 192_000
 SILENCE_RMS = 1e-4  # below -80 dBFS: no voice to clone
+# Float audio lies within [-1, 1]; a little over is a clipped or resampled clip, far over is
+# not audio (the conditioning encoders overflow to NaN on samples near float32's maximum).
+MAX_PEAK = 2.0
 
 
 @dataclass(frozen=True)
@@ -39,14 +42,23 @@ def check_clip(audio: FloatArray, rate: int, settings: ClipSettings) -> None:
     seconds = audio.shape[0] / rate
     if seconds < settings.min_seconds:
         raise ClipRefused(
-            f"the reference clip is {seconds:.2f} s: at least {settings.min_seconds:g} s is needed"
+            f"REFERENCE_AUDIO: the reference clip is {seconds:.2f} s: "
+            f"at least {settings.min_seconds:g} s is needed"
         )
     if seconds > settings.max_seconds:
-        raise ClipRefused(f"the reference clip is {seconds:.1f} s: at most {settings.max_seconds:g} s")
+        raise ClipRefused(
+            f"REFERENCE_AUDIO: the reference clip is {seconds:.1f} s: at most {settings.max_seconds:g} s"
+        )
     if not np.all(np.isfinite(audio)):
-        raise ClipRefused("the reference clip holds NaN or infinite samples")
+        raise ClipRefused("REFERENCE_AUDIO: the reference clip holds NaN or infinite samples")
+    peak = float(np.max(np.abs(audio)))
+    if peak > MAX_PEAK:
+        raise ClipRefused(
+            f"REFERENCE_AUDIO: a sample reaches {peak:.3g}; float audio lies within [-1, 1] "
+            f"(at most {MAX_PEAK:g} is taken)"
+        )
     if float(np.sqrt(np.mean(np.square(audio, dtype=np.float64)))) < SILENCE_RMS:
-        raise ClipRefused("the reference clip is silent")
+        raise ClipRefused("REFERENCE_AUDIO: the reference clip is silent")
 
 
 class ClipCache:

@@ -169,13 +169,26 @@ def xtts_inputs(request: Any, voice: VoiceInfo) -> list[Any]:
     return inputs
 
 
-def _failure(error: Any) -> ChunkFailed:
+def _speaker_given_as(request: Any) -> str | None:
+    """How the caller named the speaker the model reads as SPEAKER: "VOICE xtts:ana" or
+    "SPEAKER_ID 2" (None: no speaker named), so that the model's refusal of SPEAKER names
+    what the caller sent."""
+    named = _voice_name(request)
+    if named and named[1]:
+        return f"VOICE {named[0]}:{named[1]}"
+    speaker_id = _flag(request, "SPEAKER_ID")
+    return None if speaker_id is None else f"SPEAKER_ID {int(speaker_id)}"
+
+
+def _failure(error: Any, speaker_given_as: str | None = None) -> ChunkFailed:
     message = str(error.message())
     tagged = TAGGED.match(message)
     code = error.code() if hasattr(error, "code") else None
     if tagged:
         message = message[tagged.end() :]
         code = getattr(pb_utils.TritonError, tagged.group(1), code)
+    if speaker_given_as and message.startswith("SPEAKER"):  # an input tts and tts_stream do not have
+        message = f"{speaker_given_as}: {message}"
     return ChunkFailed(message, code)
 
 
@@ -221,7 +234,7 @@ def forward(
         for response in responses:
             if response.has_error():
                 ended = True  # the model ends a failed request itself
-                raise _failure(response.error())
+                raise _failure(response.error(), _speaker_given_as(request))
             audio = pb_utils.get_output_tensor_by_name(response, "AUDIO")
             if audio is None:  # the final flag alone
                 continue

@@ -16,6 +16,7 @@ from triton_tts.request_options import one_value, read_text
 from triton_tts.validation import InvalidRequest
 from triton_tts.xtts.card import Sampling, XttsCard
 from triton_tts.xtts.runner import FloatArray
+from triton_tts.xtts.speakers import check_name
 
 MAX_TEXT_CHARS = 20_000
 MAX_SEED = 2**63 - 1
@@ -84,6 +85,10 @@ def read_store(request: Any) -> SpeakerToStore | None:
     name = _one(request, "SPEAKER")
     if name is None:
         raise InvalidRequest("STORE_SPEAKER needs SPEAKER, the name to store the clip's voice as")
+    try:
+        check_name(str(name))
+    except ValueError as err:
+        raise InvalidRequest(f"SPEAKER: {err}") from None
     if pb_utils.get_input_tensor_by_name(request, "TEXT") is not None:
         raise InvalidRequest("STORE_SPEAKER stores a voice and says nothing: leave TEXT out")
     clip, rate = read_clip(request)

@@ -165,11 +165,19 @@ class XttsRunner:
         pieces = [p for p in pieces if p.shape[0] >= rate * card.min_chunk_seconds]
         if not pieces:
             raise ClipRefused(
-                f"the reference clip is too short: at least {card.min_chunk_seconds:.2f} s of audio is needed"
+                "REFERENCE_AUDIO: the reference clip is too short: "
+                f"at least {card.min_chunk_seconds:.2f} s of audio is needed"
             )
         styles = [self.graphs.run(STYLE, {"AUDIO": p[None]})[0] for p in pieces]
         speaker = self.graphs.run(SPEAKER, {"AUDIO": audio[None]})[0]
-        return Conditioning(np.mean(np.stack(styles), axis=0).astype(np.float32), speaker.astype(np.float32))
+        conditioning = Conditioning(
+            np.mean(np.stack(styles), axis=0).astype(np.float32), speaker.astype(np.float32)
+        )
+        # Whatever the clip held, a voice conditioned to NaN or infinity would poison the
+        # decode batch it joins: refused here, with the clip, before any generation.
+        if not (np.all(np.isfinite(conditioning.style)) and np.all(np.isfinite(conditioning.speaker))):
+            raise ClipRefused("REFERENCE_AUDIO: the reference clip conditions the voice to NaN or infinity")
+        return conditioning
 
     # the GPT
     def prompt(self, style: FloatArray, text_ids: list[int]) -> FloatArray:
@@ -196,7 +204,11 @@ class XttsRunner:
         """Prefill a generation in a free slot of ``pool`` (default: a pool of its own):
         its cache holds the prompt, its first code is chosen."""
         gen, logits, latent = self._prefill(style, text_ids, sampling, seed, limit, pool)
-        self._choose(gen, logits, latent)
+        try:
+            self._choose(gen, logits, latent)
+        except BaseException:  # a failed start holds no slot: a leaked one is never freed
+            gen.pool.release(gen)
+            raise
         return gen
 
     def _prefill(
@@ -222,8 +234,12 @@ class XttsRunner:
             seen=first_seen(card.audio_codes, card.audio_start), limit=limit,
         )  # fmt: skip
         pool.acquire(gen)
-        logits, latent, present = self.gpt(pool, gen.slot, gen.slot + 1, emb[None])
-        pool.keep(gen.slot, present[0])
+        try:
+            logits, latent, present = self.gpt(pool, gen.slot, gen.slot + 1, emb[None])
+            pool.keep(gen.slot, present[0])
+        except BaseException:
+            pool.release(gen)
+            raise
         return gen, logits[0], latent[0]
 
     def teacher_forced(self, style: FloatArray, text_ids: list[int], codes: list[int]) -> FloatArray:

@@ -67,8 +67,13 @@ def choose(
     if sampling.temperature == 0.0:
         code = int(np.argmax(scores))
     else:
-        warped = warp(scores, sampling).astype(np.float64)
-        probs = np.exp(warped - warped.max())
-        code = int(rng.choice(probs.shape[0], p=probs / probs.sum()))
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow: handled below
+            warped = warp(scores, sampling).astype(np.float64)
+        top = warped.max()
+        if np.isinf(top):  # a temperature so small that the scores overflow: its limit, greedy
+            code = int(np.argmax(scores))
+        else:
+            probs = np.exp(warped - top)
+            code = int(rng.choice(probs.shape[0], p=probs / probs.sum()))
     seen[code] = True
     return code

@@ -105,7 +105,7 @@ class SpeakerStore:
         try:
             path = speaker_file(self.folder, name)
         except ValueError as err:
-            raise UnknownSpeaker(str(err)) from None
+            raise UnknownSpeaker(f"SPEAKER: {err}") from None
         if not path.is_file():
             names = speaker_names(self.folder)
             raise UnknownSpeaker(

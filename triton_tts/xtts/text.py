@@ -190,7 +190,7 @@ def _japanese_reader() -> Callable[[str], str]:
         import cutlet
     except ImportError as err:
         raise TextRefused(
-            "Japanese needs cutlet (pip install cutlet unidic-lite), which is not installed"
+            "LANGUAGE ja: Japanese needs cutlet (pip install cutlet unidic-lite), which is not installed"
         ) from err
     reader: Any = cutlet.Cutlet()
     return lambda text: str(reader.romaji(text)).lower()
@@ -204,7 +204,7 @@ def base_language(language: str) -> str:
 def transliterate(text: str, lang: str) -> str:
     """The cleaned text the tokenizer reads (no language tag yet)."""
     if lang not in LANGUAGES:
-        raise TextRefused(f"XTTS does not read language {lang!r}")
+        raise TextRefused(f"LANGUAGE {lang!r}: XTTS does not read this language")
     if lang == "ja":
         return _japanese_reader()(text)
     text = clean(text, lang)
@@ -232,7 +232,7 @@ class XttsText:
         served = {base_language(code) for code in self.card.languages}
         if lang not in served or lang not in LANGUAGES:
             raise TextRefused(
-                f"language {language!r}: this voice reads {', '.join(sorted(self.card.languages))}"
+                f"LANGUAGE {language!r}: this voice reads {', '.join(sorted(self.card.languages))}"
             )
         return lang
 
@@ -275,12 +275,12 @@ class XttsText:
             if len(ids) >= self.card.max_text_tokens:
                 most = self.card.max_text_tokens
                 raise TextRefused(
-                    f"{segment[:40]!r}... reads as {len(ids)} text tokens; XTTS takes fewer than {most}"
+                    f"TEXT {segment[:40]!r}... reads as {len(ids)} text tokens; XTTS takes fewer than {most}"
                 )
             if len(ids) > 1:  # more than the language tag
                 out.append(ids)
         if not out:
-            raise TextRefused("the text has nothing to say")
+            raise TextRefused("TEXT: the text has nothing to say")
         return out
 
 
