@@ -147,14 +147,8 @@ class DubJob:
                 )
             assert cues is not None
             length = len(original[0]) / original[1] if original is not None else None
-            if max(length or 0.0, cues[-1].end) > self.settings.max_dub_seconds:
-                raise SubtitleError(
-                    f"the track would last {max(length or 0.0, cues[-1].end):.0f} s, over the "
-                    f"{self.settings.max_dub_seconds:g} s a dub may",
-                    None,
-                    source,
-                )
-            dubber = Dubber(self.synthesize, form.max_speed, CONCURRENCY, strict=form.strict)
+            dubber = Dubber(self.synthesize, form.max_speed, CONCURRENCY, strict=form.strict,
+                            max_seconds=self.settings.max_dub_seconds)  # fmt: skip
             return dubber.dub(cues, length, source)
         finally:
             self.client.close()

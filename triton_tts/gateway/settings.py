@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from triton_tts.client.dubbing import MAX_TRACK_S
+
 
 @dataclass
 class GatewaySettings:
@@ -22,7 +24,7 @@ class GatewaySettings:
     # 22 kHz mono is 159 MB), its cues, and its track's length
     max_dub_upload_bytes: int = 256 * 1024 * 1024
     max_dub_cues: int = 5000
-    max_dub_seconds: float = 4 * 3600.0
+    max_dub_seconds: float = MAX_TRACK_S  # the command's bound too
     # How long a caller may take to send a request (triton_tts.gateway.connections): its
     # headers (at most 16 KiB, h11's bound) from the connection or its previous response,
     # then dropped; its body from the headers, plus a second for each body_min_rate bytes

@@ -54,6 +54,9 @@ FLOOR = 1e-4  # ... and any frame under this RMS (about -80 dBFS)
 FADE_S = 0.010  # on a cut
 TOLERANCE_S = 0.020  # speech this little over its slot fits (one 20 ms frame)
 MAX_TRIES = 4  # natural, then up to three faster takes
+# The longest track a dub makes (4 h: 1.3 GB of float32 samples at 22,050 Hz); a cue or an
+# original past it is refused before any synthesis. The gateway's --max-dub-seconds.
+MAX_TRACK_S = 4 * 3600.0
 # length ~ speed ** -k: VITS voices measure about 0.55 (rounded phoneme durations), XTTS 1
 FIRST_K = 0.7
 # How each cue went, one status a cue (Placed.status), in the summary's order.
@@ -221,6 +224,7 @@ class Dubber:
         concurrency: int = 8,
         progress: Callable[[int], None] | None = None,
         strict: bool = False,
+        max_seconds: float = MAX_TRACK_S,
     ) -> None:
         if not 1.0 <= max_speed <= 4.0:
             raise ValueError(
@@ -231,6 +235,7 @@ class Dubber:
         self.concurrency = max(1, concurrency)
         self.progress = progress or (lambda n: None)
         self.strict = strict
+        self.max_seconds = max_seconds
         self.sample_rate = 0
 
     def _take(self, cue: Cue, speed: float) -> Speech:
@@ -325,6 +330,14 @@ class Dubber:
         cue's end or the last speech's end. ``source``: the cues' file, for errors."""
         if not cues:
             raise ValueError("no cues to dub")
+        last = max(cues, key=lambda cue: cue.end)
+        if max(length_s or 0.0, last.end) > self.max_seconds:
+            raise SubtitleError(
+                f"the track would last {max(length_s or 0.0, last.end):.0f} s, over the "
+                f"{self.max_seconds:g} s a dub may",
+                last.line if last.end > (length_s or 0.0) else None,
+                source,
+            )
         fitted = self.fit(cues, source)
         return place(cues, fitted, self.sample_rate, length_s)
 
