@@ -22,6 +22,7 @@ from pathlib import Path
 
 import grpc
 import numpy as np
+import numpy.typing as npt
 import pytest
 import riva.client
 import soundfile as sf
@@ -41,7 +42,7 @@ TEXT = "The quick brown fox jumps over the lazy dog near the river bank."
 WER_MARGIN = 0.15  # as the gateway's formats: resampled speech against the voice's own
 
 
-def pcm(data: bytes) -> np.ndarray:
+def pcm(data: bytes) -> npt.NDArray[np.float32]:
     return np.frombuffer(data, "<i2").astype(np.float32) / 32768.0
 
 
@@ -283,7 +284,7 @@ TEXTS = st.one_of(
     st.sampled_from(
         ["Hi.", "<speak>Hi <break time='300ms'/> there.</speak>", "<speak>Hi", "", " ", "12/24."]
     ),
-    st.text(st.characters(exclude_categories=("Cs",)), max_size=30),
+    st.text(st.characters(exclude_categories=["Cs"]), max_size=30),
 )
 RIVA_REQUESTS = st.builds(
     rtts.SynthesizeSpeechRequest,
@@ -297,7 +298,7 @@ RIVA_REQUESTS = st.builds(
         st.sampled_from(
             ["", "joe", "alloy", "Magpie-Multilingual.EN-US.Aria", "joe.x", "joe:1", "English-US.Female-1"]
         ),
-        st.text(st.characters(exclude_categories=("Cs",)), max_size=20),
+        st.text(st.characters(exclude_categories=["Cs"]), max_size=20),
     ),
     custom_dictionary=st.one_of(
         st.just(""), st.sampled_from(["hi  hˈaɪ", "hi hˈaɪ", "hi  ☃"]), st.text(max_size=30)
