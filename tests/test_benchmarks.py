@@ -107,24 +107,15 @@ def test_streaming_harness_smoke(server: TritonServer, tmp_path: Path) -> None:
     assert assert_stamped_report(tmp_path / "streaming.json") == results
 
 
-def test_gateway_harness_smoke(server: TritonServer, gateway: str, tmp_path: Path) -> None:
+def test_gateway_harness_smoke(server: TritonServer, tmp_path: Path) -> None:
     from benchmarks import gateway as harness
+    from tests.helpers import running_gateway
+    from triton_tts.server import free_port
 
-    out = tmp_path / "gateway.json"
-    results = harness.main(
-        [
-            "--url-grpc",
-            server.grpc_url,
-            "--gateway",
-            gateway,
-            "--levels",
-            "1",
-            "--rounds",
-            "1",
-            "--out",
-            str(out),
-        ]
-    )
+    out, riva_port = tmp_path / "gateway.json", free_port()
+    with running_gateway(server.grpc_url, "--riva-port", str(riva_port)) as gateway:
+        argv = ["--url-grpc", server.grpc_url, "--gateway", gateway, "--riva", f"localhost:{riva_port}"]
+        results = harness.main([*argv, "--levels", "1", "--rounds", "1", "--out", str(out)])
     (level,) = results["levels"]
     for path in harness.PATHS:
         timings = level[path]

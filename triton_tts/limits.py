@@ -89,12 +89,14 @@ TOO_LONG = "TEXT is too long for one chunk"
 # (validation.MAX_LONG_TEXT_CHARS) over SPEED; silence, which SSML writes in a few
 # characters (a 10 s break in 19), is bounded on its own.
 #
-# 12 hours: the longest text at the slowest SPEED is speech, and passes, in the slowest
+# 16 hours: the longest text at the slowest SPEED is speech, and passes, in the slowest
 # voice served: 50,000 characters of Mandarin (baker: 0.19 s a character) or of English at
-# NOISE_W 2 (joe: 0.19 s predicted) at SPEED 0.25 are ~10.5 h, and MAX_SILENCE_S on top.
-# Past it is only text whose reading grows (long numbers said in words) at the slowest
-# settings; a request that large is sent in parts (or streamed: tts holds it all at once).
-MAX_AUDIO_S = 12 * 3600.0
+# NOISE_W 2 at SPEED 0.25 are 10.5 to 13 h, and MAX_SILENCE_S on top. (joe's prediction at
+# NOISE_W 2 comes from frames per id measured with the voice's noise: two exports drew
+# 0.19 and 0.23 s a character, 10.5 and 12.8 h; 12 h refused the longer draw's.) Past it
+# is only text whose reading grows (long numbers said in words) at the slowest settings;
+# a request that large is sent in parts (or streamed: tts holds it all at once).
+MAX_AUDIO_S = 16 * 3600.0
 # Silence (SSML breaks, paragraph pauses, silence before the first word) per request:
 # pacing for a long document (a strong pause after each of 500 paragraphs is 325 s), not
 # audio of its own: 200 breaks of 10 s in 3.8 KB made 2,000 s (168 MiB) before this bound.
