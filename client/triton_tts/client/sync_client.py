@@ -75,6 +75,7 @@ class TTSClient(ClientCore):
         lexicon: Mapping[str, str] | None = None,
         reference_audio: npt.NDArray[np.float32] | None = None,
         reference_sample_rate: int | None = None,
+        language: str | None = None,
     ) -> SynthesisResult:
         """One text (any length) -> the whole audio; unset options take the server's defaults.
         ``lexicon``: this request's pronunciations, {"word": "phonemes"} in the voice's own
@@ -94,6 +95,7 @@ class TTSClient(ClientCore):
             lexicon,
             reference_audio,
             reference_sample_rate,
+            language,
         )
         retries = self._retries()
         while True:
@@ -148,6 +150,7 @@ class TTSClient(ClientCore):
         lexicon: Mapping[str, str] | None = None,
         reference_audio: npt.NDArray[np.float32] | None = None,
         reference_sample_rate: int | None = None,
+        language: str | None = None,
     ) -> Generator[AudioChunk, None, None]:
         """Audio chunks in order as the server makes them (gRPC). Leaving the loop early
         (or closing the generator) cancels the request on the server. A busy server's
@@ -166,6 +169,7 @@ class TTSClient(ClientCore):
             lexicon,
             reference_audio,
             reference_sample_rate,
+            language,
         )
         retries = self._retries()
         while True:
