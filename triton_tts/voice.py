@@ -17,7 +17,11 @@ conversion between the acoustic model's and the vocoder's mel normalisation is i
 (encoder, one decoder step, postnet) and the loop runs in the acoustic model
 (``acoustic_kind`` "tacotron2", :mod:`triton_tts.tacotron`).
 
-Every export (Piper, Coqui) writes this same folder, so the repository builder and the
+Style voices (Kokoro) add ``styles.npy`` (triton_tts/styles.py): the acoustic model then
+takes STYLE[B,256] (a speaker's or a mix's style row, chosen in preprocess) and packs the
+decoder's half of it into LATENT's last channels.
+
+Every export (Piper, Coqui, Kokoro) writes this same folder, so the repository builder and the
 Triton models never need to know where a voice came from.
 """
 
@@ -87,6 +91,16 @@ class Voice:
     # table of 2048 rows.
     max_acoustic_ids: int = 0
     max_frames: int = 0
+    # Speakers who speak another espeak-ng language than ``phonemizer_language`` (Kokoro's
+    # British speakers in a voice of American ones): speaker name -> language.
+    speaker_languages: dict[str, str] = field(default_factory=dict)
+
+    def speaker_language(self, speaker_id: int) -> str:
+        """The espeak-ng language of a speaker (by id)."""
+        for name, sid in self.speakers.items():
+            if sid == speaker_id:
+                return self.speaker_languages.get(name, self.phonemizer_language)
+        return self.phonemizer_language
 
     @property
     def num_speakers(self) -> int:
