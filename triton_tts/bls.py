@@ -41,7 +41,7 @@ from triton_tts.errors import RequestErrors
 from triton_tts.limits import TOO_LONG, ChunkLimits, check_audio, chunk_scale
 from triton_tts.loopback import Loopback, LoopbackFailed, Unreachable
 from triton_tts.pacing import Pacer
-from triton_tts.request_options import read_lexicon, read_options, read_text, refuse_clip
+from triton_tts.request_options import read_lexicon, read_options, read_text, refuse_clip, voice_mix
 from triton_tts.shaping import ChunkShape, ssml_chunks
 from triton_tts.text import ssml
 from triton_tts.text.frontend import is_chinese, normalizer
@@ -57,7 +57,7 @@ from triton_tts.text.words import Word, WordClock
 from triton_tts.validation import MAX_LONG_TEXT_CHARS, InvalidRequest, NothingToSay, check_timestamps
 
 # Inputs sent on with every chunk as the client sent them (VOICE chose the ensemble).
-CHUNK_OPTIONS = ("SPEED", "SPEAKER_ID", "NOISE_SCALE", "NOISE_W")
+CHUNK_OPTIONS = ("SPEED", "SPEAKER_ID", "NOISE_SCALE", "NOISE_W", "VOICE_MIX")
 
 
 class ChunkFailed(Exception):
@@ -233,6 +233,7 @@ def read_request(
     voice = settings.voice(options.voice)
     limits = settings.limits[voice.name]
     refuse_clip(request, voice.name)
+    voice_mix(options, voice.speakers, voice.mixes, voice.name)  # checked before any chunk runs
     given = read_lexicon(request)  # this request's entries first: they win over the voice's
     lexicons = [
         None

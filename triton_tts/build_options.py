@@ -40,6 +40,7 @@ class VoiceModels:
     vocoder_speaker: bool = False  # vocoder takes SPEAKER_ID (multi-speaker VITS)
     native_acoustic: bool = True  # False: the acoustic stage runs in Python (Tacotron2, batch 1)
     max_items: int = 0  # the voice's graphs run at most this many items at once (0: any)
+    style: bool = False  # a style voice (Kokoro): preprocess makes STYLE, the acoustic model takes it
     # The symbols a given pronunciation (SSML phoneme, a lexicon entry) may use; "": the
     # voice takes none (characters, pinyin); None: not known here (preprocess still checks).
     phonemes: str | None = None

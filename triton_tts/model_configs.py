@@ -46,6 +46,7 @@ from triton_tts.build_options import (
 from triton_tts.chunking import FIRST_CHUNK_CHARS
 from triton_tts.client.voices import CHUNK_MODEL, VOICE_SEPARATOR, VoiceInfo
 from triton_tts.onnx_graph import Tensor, graph_tensors
+from triton_tts.styles import STYLE_WIDTH
 from triton_tts.xtts import defaults as xtts_defaults
 from triton_tts.xtts import graphs as xtts_graphs
 
@@ -150,6 +151,7 @@ TEXT_INPUTS: list[tuple[str, int]] = [
     ("VOICE", mc.TYPE_STRING),
     ("NORMALIZE", mc.TYPE_BOOL),  # false: TEXT is read as written (tts sends its chunks so)
     ("TIMESTAMPS", mc.TYPE_BOOL),  # true: WORDS and WORD_TIMES too (voices that have them)
+    ("VOICE_MIX", mc.TYPE_STRING),  # style voices: speakers with weights, "af_bella:0.7+af_sky:0.3"
 ]
 
 
@@ -169,6 +171,8 @@ def preprocess(opts: BuildOptions, voice: VoiceModels) -> mc.ModelConfig:
     _tensor(config.output, "SCALES", mc.TYPE_FP32, [3])
     _tensor(config.output, "SAMPLE_RATE", mc.TYPE_INT32, [1])
     _tensor(config.output, "SPEAKER_ID", mc.TYPE_INT64, [1])
+    if voice.style:  # the speaker's (or mix's) style row for the text's token count
+        _tensor(config.output, "STYLE", mc.TYPE_FP32, [STYLE_WIDTH])
     if voice.served.timestamps:  # the words (as written) and which word each id says
         _tensor(config.output, "WORDS", mc.TYPE_STRING, [-1])
         _tensor(config.output, "WORD_INDEX", mc.TYPE_INT32, [-1])
@@ -233,6 +237,9 @@ def acoustic(opts: BuildOptions, voice: VoiceModels, variant: str = "cpu") -> mc
     if voice.acoustic_speaker:
         _tensor(config.input, "SPEAKER_ID", mc.TYPE_INT64, [1], reshape=[] if native else None)
         warmup["SPEAKER_ID"] = (mc.TYPE_INT64, [1])
+    if voice.style:
+        _tensor(config.input, "STYLE", mc.TYPE_FP32, [STYLE_WIDTH])
+        warmup["STYLE"] = (mc.TYPE_FP32, [STYLE_WIDTH])
     _tensor(config.output, "LATENT", mc.TYPE_FP32, [-1, -1])
     _tensor(config.output, "FRAME_COUNT", mc.TYPE_INT64, [1], reshape=[] if native else None)
     if voice.served.timestamps:
@@ -320,6 +327,7 @@ def postprocess(opts: BuildOptions, voice: VoiceModels) -> mc.ModelConfig:
 def _steps(voice: VoiceModels) -> list[tuple[str, dict[str, str], dict[str, str]]]:
     """preprocess -> acoustic -> vocoder -> postprocess, tensor by tensor."""
     speaker = {"SPEAKER_ID": "speaker_id"}
+    style = {"STYLE": "style"} if voice.style else {}
     timed = voice.served.timestamps
     words = {"WORDS": "WORDS", "WORD_INDEX": "word_index"} if timed else {}
     return [
@@ -332,6 +340,7 @@ def _steps(voice: VoiceModels) -> list[tuple[str, dict[str, str], dict[str, str]
                 "SCALES": "scales",
                 "SAMPLE_RATE": "sample_rate",
                 **(speaker if voice.acoustic_speaker or voice.vocoder_speaker else {}),
+                **style,
                 **words,
             },
         ),
@@ -342,6 +351,7 @@ def _steps(voice: VoiceModels) -> list[tuple[str, dict[str, str], dict[str, str]
                 "PHONEME_LENGTH": "phoneme_length",
                 "SCALES": "scales",
                 **(speaker if voice.acoustic_speaker else {}),
+                **style,
             },
             {
                 "LATENT": "latent",

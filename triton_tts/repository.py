@@ -34,6 +34,7 @@ from triton_tts.model_configs import (
 )
 from triton_tts.onnx_session import graph_inputs, graph_outputs
 from triton_tts.stages import unpadded_twin
+from triton_tts.styles import STYLES_FILE, StyleTable
 from triton_tts.text.frontend import is_chinese
 from triton_tts.text.pronounce import check_lexicon
 from triton_tts.text.reader import TextReader
@@ -77,7 +78,7 @@ def _serialize_bytes(text: str) -> bytes:
     return struct.pack("<I", len(data)) + data
 
 
-def write_warmup_data(repo: Path, voice: Voice, models: VoiceModels) -> None:
+def write_warmup_data(repo: Path, voice: Voice, models: VoiceModels, voice_dir: Path) -> None:
     preprocess = repo / models.model("preprocess") / "warmup"
     preprocess.mkdir(parents=True, exist_ok=True)
     if is_chinese(voice.phonemizer_language):
@@ -100,6 +101,9 @@ def write_warmup_data(repo: Path, voice: Voice, models: VoiceModels) -> None:
     (warm / "SCALES").write_bytes(scales.tobytes())
     if models.acoustic_speaker:
         (warm / "SPEAKER_ID").write_bytes(np.zeros(1, np.int64).tobytes())
+    if models.style:  # the default speaker's row for the warm-up's ids
+        table = StyleTable.load(voice_dir)
+        (warm / "STYLE").write_bytes(table.style({0: 1.0}, len(ids) - 2).tobytes())
 
 
 def has_durations(voice: Voice, voice_dir: Path) -> bool:
@@ -125,6 +129,7 @@ def voice_models(voice: Voice, voice_dir: Path, default: bool) -> VoiceModels:
         # Durations from the graph, or from Tacotron2's attention (the reader maps every
         # kind of ids to words).
         timestamps=has_durations(voice, voice_dir),
+        mixes="STYLE" in acoustic_inputs,
     )
     return VoiceModels(
         served=served,
@@ -138,6 +143,7 @@ def voice_models(voice: Voice, voice_dir: Path, default: bool) -> VoiceModels:
         # stage in Python on GPU nodes too: native backends pad ids to length buckets.
         native_acoustic=voice.acoustic_kind == "single" and voice.max_items_per_run != 1,
         max_items=voice.max_items_per_run,
+        style="STYLE" in acoustic_inputs,
     )
 
 
@@ -172,12 +178,15 @@ def _stage_files(voice: Voice, voice_dir: Path) -> dict[str, list[tuple[Path, st
     else:
         acoustic = [(voice_dir / ACOUSTIC_FILE, "model.onnx")]
     vocoder = [(voice_dir / VOCODER_FILE, "model.onnx")]
+    # A style voice's table (Kokoro): preprocess chooses rows, the acoustic model's
+    # calibration and warm-up read its default speaker.
+    styles = [(voice_dir / STYLES_FILE, STYLES_FILE)] if (voice_dir / STYLES_FILE).exists() else []
     if (voice_dir / VOCODER_UNPADDED_FILE).exists():  # padding-safe vocoders only
         vocoder.append((voice_dir / VOCODER_UNPADDED_FILE, unpadded_twin(Path("model.onnx")).name))
     return {
-        "acoustic": [*acoustic, (voice_dir / VOICE_FILE, VOICE_FILE)],
+        "acoustic": [*acoustic, (voice_dir / VOICE_FILE, VOICE_FILE), *styles],
         "vocoder": [*vocoder, (voice_dir / VOICE_FILE, VOICE_FILE)],
-        "preprocess": [(voice_dir / VOICE_FILE, VOICE_FILE)],
+        "preprocess": [(voice_dir / VOICE_FILE, VOICE_FILE), *styles],
         "postprocess": [(voice_dir / VOICE_FILE, VOICE_FILE)],
     }
 
@@ -237,7 +246,7 @@ def build_repository(
             for stale in target.glob("*.onnx"):
                 if stale.name not in placed:
                     stale.unlink()
-        write_warmup_data(repo, voice, models)
+        write_warmup_data(repo, voice, models, voice_dir)
         (repo / models.model(CHUNK_MODEL) / "1").mkdir(parents=True, exist_ok=True)  # ensembles need one
     model_configs.write(repo, options)
     for name, folder in zip(xtts_models, xtts_dirs, strict=True):

@@ -19,6 +19,7 @@ from typing import Any
 import numpy.typing as npt
 import triton_python_backend_utils as pb_utils
 
+from triton_tts.styles import parse_mix
 from triton_tts.validation import (
     InvalidRequest,
     check_noise,
@@ -42,6 +43,7 @@ class RequestOptions:
     normalize: bool  # NORMALIZE: false reads TEXT as written
     timestamps: bool = False  # TIMESTAMPS: WORDS and WORD_TIMES too
     text_format: str = "auto"  # TEXT_FORMAT: text, ssml, or auto (SSML if it starts with <speak)
+    voice_mix: str | None = None  # VOICE_MIX: speakers with weights (style voices; triton_tts.styles)
 
 
 def missing_input(name: str) -> InvalidRequest:
@@ -126,7 +128,8 @@ def _number(request: Any, name: str) -> float | None:
 
 def read_options(request: Any, voices: Mapping[str, int]) -> RequestOptions:
     """Check VOICE against ``voices`` (name -> speakers, the default first), then SPEED,
-    SPEAKER_ID, NOISE_SCALE, NOISE_W, NORMALIZE and TIMESTAMPS."""
+    SPEAKER_ID, NOISE_SCALE, NOISE_W, NORMALIZE, TIMESTAMPS, TEXT_FORMAT and VOICE_MIX (read
+    here, checked against the voice's speakers by :func:`voice_mix`)."""
     name = one_value(request, "VOICE")
     if isinstance(name, bytes):
         name = name.decode("utf-8", "replace")
@@ -140,6 +143,11 @@ def read_options(request: Any, voices: Mapping[str, int]) -> RequestOptions:
     text_format = one_value(request, "TEXT_FORMAT")
     if isinstance(text_format, bytes):
         text_format = text_format.decode("utf-8", "replace")
+    mix = one_value(request, "VOICE_MIX")
+    if mix is not None and not isinstance(mix, bytes | str):
+        raise InvalidRequest(f"VOICE_MIX must be a string (BYTES), got {type(mix).__name__}")
+    if isinstance(mix, bytes):
+        mix = mix.decode("utf-8", "replace")
     return RequestOptions(
         voice=voice,
         speed=None if speed is None else check_speed(speed),
@@ -149,4 +157,22 @@ def read_options(request: Any, voices: Mapping[str, int]) -> RequestOptions:
         normalize=True if normalize is None else bool(normalize),
         timestamps=False if timestamps is None else bool(timestamps),
         text_format=check_text_format("auto" if text_format is None else str(text_format)),
+        voice_mix=mix,
     )
+
+
+def voice_mix(
+    options: RequestOptions, speakers: Mapping[str, int], mixes: bool, voice: str
+) -> dict[int, float] | None:
+    """VOICE_MIX as speaker id -> weight (None when left out), checked against a voice's
+    speakers; a voice that does not mix refuses it by name."""
+    if options.voice_mix is None:
+        return None
+    if not mixes:
+        raise InvalidRequest(
+            f"VOICE_MIX: voice '{voice}' does not mix speakers (style voices such as Kokoro do: "
+            "`triton-tts voices` says which)"
+        )
+    if options.speaker_id is not None:
+        raise InvalidRequest("send SPEAKER_ID or VOICE_MIX, not both: a mix names its speakers")
+    return parse_mix(options.voice_mix, dict(speakers))

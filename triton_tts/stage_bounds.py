@@ -14,6 +14,7 @@ import numpy.typing as npt
 
 from triton_tts.limits import ChunkLimits
 from triton_tts.stages import FloatArray, IntArray, StageSettings
+from triton_tts.styles import STYLE_WIDTH
 from triton_tts.validation import (
     InvalidRequest,
     check_latent,
@@ -55,8 +56,10 @@ class StageBounds:
         length: npt.NDArray[Any],
         scales: npt.NDArray[Any],
         speaker: npt.NDArray[Any] | None,
-    ) -> tuple[IntArray, FloatArray, int]:
-        """One acoustic request's (ids, SCALES row, speaker), or InvalidRequest."""
+        style: npt.NDArray[Any] | None = None,
+    ) -> tuple[IntArray, FloatArray, int, FloatArray | None]:
+        """One acoustic request's (ids, SCALES row, speaker, STYLE row or None), or
+        InvalidRequest."""
         count = int(one_item("PHONEME_LENGTH", length).reshape(-1)[0])
         row = check_phoneme_ids(one_item("PHONEME_IDS", ids), count, self.vocabulary, self.limits.max_ids)
         scales_row = one_item("SCALES", scales).reshape(-1)
@@ -64,8 +67,26 @@ class StageBounds:
         refusal = self.limits.refusal(count, speed, noise_w)  # the frame budget, as preprocess
         if refusal:
             raise InvalidRequest(refusal)
-        return row, scales_row.astype(np.float32), self.speaker(speaker)
+        return row, scales_row.astype(np.float32), self.speaker(speaker), check_style(style)
 
     def latent(self, latent: npt.NDArray[Any], channels: int | None) -> FloatArray:
         """One vocoder request's LATENT [C, frames], or InvalidRequest."""
         return check_latent(one_item("LATENT", latent), channels, self.limits.max_frames)
+
+
+# Style rows are mixes of the voice packs' rows (|value| < 4 in Kokoro's); far past that a
+# STYLE is no voice's, and the graph's output is noise.
+MAX_STYLE_VALUE = 64.0
+
+
+def check_style(style: npt.NDArray[Any] | None) -> FloatArray | None:
+    """A STYLE input [1, 256] (style voices), or InvalidRequest; None when left out."""
+    if style is None:
+        return None
+    row = one_item("STYLE", style).reshape(-1)
+    if row.size != STYLE_WIDTH:
+        raise InvalidRequest(f"STYLE must hold {STYLE_WIDTH} values, got {row.size}")
+    values = row.astype(np.float32)
+    if not np.isfinite(values).all() or float(np.max(np.abs(values))) > MAX_STYLE_VALUE:
+        raise InvalidRequest(f"STYLE values must be finite and within +-{MAX_STYLE_VALUE:g}")
+    return values

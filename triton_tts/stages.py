@@ -29,6 +29,7 @@ import onnxruntime as ort
 from triton_tts.batching import pad_stack, plan_sub_batches
 from triton_tts.config_parameters import string_parameters
 from triton_tts.onnx_session import cpu_session, resolve_threads
+from triton_tts.styles import StyleTable
 from triton_tts.validation import (
     InvalidRequest,
 )
@@ -89,6 +90,7 @@ class _Runner:
     PADDED_PARAMETER: str
 
     def __init__(self, onnx_path: Path, threads: int, max_items_per_run: int, max_padded: int) -> None:
+        self.onnx_path = onnx_path
         self.session = cpu_session(onnx_path, threads)
         # read once: add_speakers runs on every execution
         self.takes_speaker = any(i.name == "SPEAKER_ID" for i in self.session.get_inputs())
@@ -150,11 +152,35 @@ class AcousticRunner(_Runner):
         """Whether the graph says its frames per id (DURATIONS: word timestamps)."""
         return any(o.name == "DURATIONS" for o in self.session.get_outputs())
 
+    @functools.cached_property
+    def style_table(self) -> StyleTable | None:
+        """A style voice's table (``styles.npy`` beside the graph), when the graph takes STYLE:
+        the default speaker's rows for items that come without one (calibration, warm-up)."""
+        if not any(i.name == "STYLE" for i in self.session.get_inputs()):
+            return None
+        return StyleTable.load(self.onnx_path.parent)
+
+    def _styles(
+        self, group: Sequence[int], ids: Sequence[IntArray], styles: Sequence[FloatArray | None] | None
+    ) -> FloatArray:
+        table = self.style_table
+        assert table is not None
+        rows = []
+        for i in group:
+            given = styles[i] if styles is not None else None
+            # the default speaker; framing (one pad at each end) not counted
+            rows.append(given if given is not None else table.style({0: 1.0}, len(ids[i]) - 2))
+        return np.stack(rows).astype(np.float32)
+
     def iter_timed(
-        self, ids: Sequence[IntArray], scales: Sequence[FloatArray], speakers: Sequence[int] | None = None
+        self,
+        ids: Sequence[IntArray],
+        scales: Sequence[FloatArray],
+        speakers: Sequence[int] | None = None,
+        styles: Sequence[FloatArray | None] | None = None,
     ) -> Iterator[tuple[int, Timed | RunFailed]]:
         """:meth:`iter_run` with each item's frames per id (None when the graph has no
-        DURATIONS output)."""
+        DURATIONS output). ``styles``: STYLE rows (style voices; None: the default speaker's)."""
         names = ["LATENT", "FRAME_COUNT", *(["DURATIONS"] if self.has_durations else [])]
         for group in plan_sub_batches([len(x) for x in ids], self.max_padded, self.max_items):
             padded = pad_stack([ids[i] for i in group])
@@ -164,6 +190,8 @@ class AcousticRunner(_Runner):
                 "SCALES": np.stack([scales[i] for i in group]).astype(np.float32),
             }
             self.add_speakers(feeds, group, speakers)
+            if self.style_table is not None:
+                feeds["STYLE"] = self._styles(group, ids, styles)
             try:
                 outputs = self.session.run(names, feeds, self.run_options(padded.size))
             except Exception as err:  # one failing run must not take the others down

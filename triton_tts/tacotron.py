@@ -167,6 +167,7 @@ class Tacotron2Runner:
         ids: Sequence[IntArray],
         scales: Sequence[FloatArray],
         speakers: Sequence[int] | None = None,
+        styles: Sequence[FloatArray | None] | None = None,  # style voices only: never Tacotron2's
     ) -> Iterator[tuple[int, tuple[FloatArray, int, FloatArray | None] | RunFailed]]:
         """:meth:`run_timed` in :meth:`AcousticRunner.iter_timed`'s form: each item's
         frames per id from its attention (None when the step has no attention state)."""

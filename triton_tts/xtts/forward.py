@@ -129,6 +129,10 @@ def xtts_voice(request: Any, settings: LongTextSettings) -> VoiceInfo | None:
     voice = next((v for v in settings.voices if v.name == name), None) if name else settings.voices[0]
     if voice is None or voice.kind != XTTS_KIND:
         return None
+    if (name or not speaker) and input_array(request, "VOICE_MIX") is not None:
+        raise InvalidRequest(
+            f"VOICE_MIX: voice '{voice.name}' does not mix speakers (style voices such as Kokoro do)"
+        )
     return voice if name or not speaker else None
 
 

@@ -44,6 +44,9 @@ class SynthesisOptions:
     # The language an XTTS voice speaks the text in (its codes: "en", "de", "zh-cn", ...;
     # None: the voice's first); the LANGUAGE input. Other voices speak their own language.
     language: str | None = None
+    # Style voices (Kokoro): speakers with weights, "af_bella:0.7+af_sky:0.3", blended per
+    # style row; the VOICE_MIX input. Other voices refuse it.
+    voice_mix: str | None = None
 
     @property
     def parameters(self) -> dict[str, str | int] | None:

@@ -76,11 +76,13 @@ class TTSClient(ClientCore):
         reference_audio: npt.NDArray[np.float32] | None = None,
         reference_sample_rate: int | None = None,
         language: str | None = None,
+        voice_mix: str | None = None,
     ) -> SynthesisResult:
         """One text (any length) -> the whole audio; unset options take the server's defaults.
         ``lexicon``: this request's pronunciations, {"word": "phonemes"} in the voice's own
         symbols, over the voice's lexicon; ``reference_audio`` (float32 mono) at
-        ``reference_sample_rate``: a clip for an XTTS voice to clone. A busy server's
+        ``reference_sample_rate``: a clip for an XTTS voice to clone; ``voice_mix``: a style
+        voice's speakers with weights ("af_bella:0.7+af_sky:0.3"). A busy server's
         refusal is retried per ``retry``."""
         options = SynthesisOptions(
             speed,
@@ -96,6 +98,7 @@ class TTSClient(ClientCore):
             reference_audio,
             reference_sample_rate,
             language,
+            voice_mix,
         )
         retries = self._retries()
         while True:
@@ -151,6 +154,7 @@ class TTSClient(ClientCore):
         reference_audio: npt.NDArray[np.float32] | None = None,
         reference_sample_rate: int | None = None,
         language: str | None = None,
+        voice_mix: str | None = None,
     ) -> Generator[AudioChunk, None, None]:
         """Audio chunks in order as the server makes them (gRPC). Leaving the loop early
         (or closing the generator) cancels the request on the server. A busy server's
@@ -170,6 +174,7 @@ class TTSClient(ClientCore):
             reference_audio,
             reference_sample_rate,
             language,
+            voice_mix,
         )
         retries = self._retries()
         while True:

@@ -46,6 +46,8 @@ class VoiceInfo:
     # Whether its acoustic model says its durations: word timestamps (TIMESTAMPS input).
     timestamps: bool = False
     kind: str = CHUNKS_KIND  # CHUNKS_KIND or XTTS_KIND (then ``model`` is the XTTS model)
+    # Whether its speakers mix (a style voice, Kokoro: VOICE_MIX "a:0.7+b:0.3").
+    mixes: bool = False
 
     def stage_model(self, stage: str) -> str:
         """The voice's model of ``stage`` (preprocess, acoustic, ...), named as its ensemble is."""
@@ -66,6 +68,7 @@ class VoiceInfo:
                     "chunk_limits": v.chunk_limits,
                     "timestamps": v.timestamps,
                     **({"kind": v.kind} if v.kind != CHUNKS_KIND else {}),
+                    **({"mixes": True} if v.mixes else {}),
                 }
                 for v in voices
             ],
@@ -86,6 +89,7 @@ class VoiceInfo:
                 chunk_limits=v.get("chunk_limits", {}),
                 timestamps=bool(v.get("timestamps", False)),
                 kind=str(v.get("kind", CHUNKS_KIND)),
+                mixes=bool(v.get("mixes", False)),
             )
             for v in json.loads(text)
         ]

