@@ -416,6 +416,9 @@ def _add_inspection_commands(sub: Any, defaults: type[argparse.HelpFormatter]) -
     from triton_tts.xtts.speakers import add_command  # speakers add|list: XTTS's named speakers
 
     add_command(sub, defaults)
+    from triton_tts import speaker_gate  # gate-speakers: a served voice's speakers against a baseline
+
+    speaker_gate.add_command(sub, defaults)
 
 
 def _add_export_int8(export_sub: Any, defaults: type[argparse.HelpFormatter]) -> None:

@@ -93,6 +93,7 @@ async def open_stream(
         timestamps=request.timestamps,
         text_format=request.text_format,
         max_wait_s=request.max_wait_s,
+        voice_mix=request.voice_mix,
         **options,
     )
     try:
@@ -226,7 +227,7 @@ class Gateway:
     async def speech_request(
         self, body: SpeechBody, request: Request, timestamps: bool = False
     ) -> SpeechRequest:
-        voice, speaker = await self.voices.resolve(body.voice)
+        voice, speaker, mix = await self.voices.resolve(body.voice)
         return SpeechRequest(
             body.input,
             voice,
@@ -238,6 +239,7 @@ class Gateway:
             caller=caller_of(self.settings, key_of(request.headers, {}), request.client),
             timestamps=timestamps,
             max_wait_s=parse_max_wait(request.headers.get(MAX_WAIT_HEADER)),
+            voice_mix=mix,
         )
 
     async def speech(self, request: Request) -> Response:

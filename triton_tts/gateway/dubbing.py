@@ -126,8 +126,9 @@ class DubJob:
     """One dub's work, in worker threads: each with its own blocking gRPC client to Triton."""
 
     def __init__(self, settings: GatewaySettings, voice: str, speaker: int | None, caller: str,
-                 timestamps: bool) -> None:  # fmt: skip
+                 timestamps: bool, mix: str | None = None) -> None:  # fmt: skip
         self.settings, self.voice, self.speaker, self.caller = settings, voice, speaker, caller
+        self.mix = mix
         self.timestamps = timestamps
         key = settings.api_keys[0] if settings.api_keys else None
         self.client = PerThreadClients(
@@ -136,7 +137,8 @@ class DubJob:
 
     def synthesize(self, text: str, speed: float) -> SynthesisResult:
         return self.client().synthesize(text, speed=speed, speaker_id=self.speaker, voice=self.voice,
-                                        caller=self.caller, timestamps=self.timestamps)  # fmt: skip
+                                        caller=self.caller, timestamps=self.timestamps,
+                                        voice_mix=self.mix)  # fmt: skip
 
     def run(self, cues: list[Cue] | None, lines: list[tuple[int, str]], original: tuple[Any, int] | None,
             form: DubForm, source: str) -> Dub:  # fmt: skip
@@ -186,8 +188,8 @@ async def dub(request: Request, settings: GatewaySettings, voices: Voices, calle
             original = await asyncio.to_thread(decode_clip, original_data)
         except ValueError as err:
             raise invalid(f"original: {err}", "original", "bad_audio") from None
-    voice, speaker = await voices.resolve(fields.voice)
-    job = DubJob(settings, voice, speaker, caller, gives_timestamps(await voices.served(), voice))
+    voice, speaker, mix = await voices.resolve(fields.voice)
+    job = DubJob(settings, voice, speaker, caller, gives_timestamps(await voices.served(), voice), mix)
     try:
         result = await asyncio.to_thread(job.run, cues, lines, original, fields, source)
     except SubtitleError as err:

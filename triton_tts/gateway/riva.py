@@ -166,7 +166,9 @@ class RivaCall:
     speaks: bool = True  # False: nothing the voice can pronounce ("...", "* * *")
 
 
-async def resolve_voice(gateway: Gateway, name: str, language_code: str) -> tuple[str, int | None, VoiceInfo]:
+async def resolve_voice(
+    gateway: Gateway, name: str, language_code: str
+) -> tuple[str, int | None, VoiceInfo, str | None]:
     """A Riva voice_name -> (voice as the server names it, speaker id, the voice).
 
     Empty: the first served voice of ``language_code`` (Riva's rule). Else the gateway's
@@ -189,8 +191,8 @@ async def resolve_voice(gateway: Gateway, name: str, language_code: str) -> tupl
                 languages = ", ".join(sorted({language_tag(v.language) for v in served}))
                 message = f"no served voice speaks language_code {language!r}; languages: {languages}"
                 raise invalid(message, "language_code")
-            return voice.name, None, voice
-    voice_name, speaker = await gateway.voices.resolve(wanted)
+            return voice.name, None, voice, None
+    voice_name, speaker, mix = await gateway.voices.resolve(wanted)
     voice = by_name[voice_name.partition(":")[0]]
     if not same_language(language_code, voice):
         raise invalid(
@@ -198,7 +200,7 @@ async def resolve_voice(gateway: Gateway, name: str, language_code: str) -> tupl
             f"not language_code {language_code!r}",
             "language_code",
         )
-    return voice_name, speaker, voice
+    return voice_name, speaker, voice, mix
 
 
 def status_of(err: ApiError) -> tuple[grpc.StatusCode, str, tuple[tuple[str, str], ...]]:
@@ -381,7 +383,7 @@ class RivaSpeech(rtts_grpc.RivaSpeechSynthesisServicer):  # type: ignore[misc]  
             raise invalid(
                 f"text has {len(fields.text)} characters; at most {self.settings.max_input_chars}", "text"
             )
-        voice, speaker, info = await resolve_voice(self.gateway, fields.voice_name, fields.language_code)
+        voice, speaker, info, mix = await resolve_voice(self.gateway, fields.voice_name, fields.language_code)
         try:
             rate = riva_audio.output_rate(request.encoding, fields.sample_rate_hz, info.sample_rate)
             riva_audio.encoder(request.encoding, info.sample_rate, rate)  # refused by name here
@@ -405,6 +407,7 @@ class RivaSpeech(rtts_grpc.RivaSpeechSynthesisServicer):  # type: ignore[misc]  
             caller=caller,
             timestamps=request.enable_word_time_offsets,
             max_wait_s=min(remaining, MAX_WAIT_S) if remaining is not None and remaining > 0 else None,
+            voice_mix=mix,
         )
         return RivaCall(
             speech=speech,

@@ -314,6 +314,7 @@ class SpeechRequest:
     timestamps: bool = False  # the words' times too (voices with word timestamps)
     text_format: str | None = None  # None: the server's auto (SSML when it starts with <speak)
     max_wait_s: float | None = None  # how long the caller waits to be admitted (MAX_WAIT_HEADER)
+    voice_mix: str | None = None  # a style voice's speakers with weights (VOICE_MIX)
 
 
 # A caller's own budget for admission, in seconds (as Retry-After counts): the server

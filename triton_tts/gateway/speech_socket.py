@@ -313,9 +313,9 @@ class SpeechSocket:
         synthesis.format = message.format
 
         async def work() -> None:
-            name, speaker = await self.voices.resolve(message.voice)
+            name, speaker, mix = await self.voices.resolve(message.voice)
             started = time.monotonic()
-            first, rest = await self.open_speech(self.request_for(message.input, name, speaker, message))
+            first, rest = await self.open_speech(self.request_for(message.input, name, speaker, message, mix))
             await self.send_start(request_id, first.sample_rate, message.format, name)
             chunks, samples = await self.send_audio(request_id, first, rest, message.format, synthesis)
             await self.send_json(
@@ -339,7 +339,7 @@ class SpeechSocket:
                 log.debug("socket closed during request %d", request_id)
 
     def request_for(
-        self, text: str, voice: str, speaker: int | None, voicing: Speak | StartText
+        self, text: str, voice: str, speaker: int | None, voicing: Speak | StartText, mix: str | None = None
     ) -> SpeechRequest:
         """A synthesis of ``text`` as ``speak`` or a text stream's ``start`` asks for it."""
         return SpeechRequest(
@@ -354,6 +354,7 @@ class SpeechSocket:
             timestamps=voicing.timestamps,
             # a text stream's sentences are text: SSML is a whole document (speak it whole)
             text_format="text" if isinstance(voicing, StartText) else None,
+            voice_mix=mix,
         )
 
     async def send_start(self, request_id: int, sample_rate: int, fmt: str, voice: str) -> None:
@@ -428,7 +429,7 @@ class SpeechSocket:
         async def work() -> None:
             chunks, samples, texts, rate = 0, 0, 0, 0
             started = time.monotonic()
-            name, speaker = await self.voices.resolve(voicing.voice)
+            name, speaker, mix = await self.voices.resolve(voicing.voice)
             while True:
                 self.awaiting_text = queue.empty()
                 text = await queue.get()
@@ -437,7 +438,7 @@ class SpeechSocket:
                     break
                 if self.stream is not None and self.stream_queue is queue:
                     self.stream.started(text)
-                first, rest = await self.open_speech(self.request_for(text, name, speaker, voicing))
+                first, rest = await self.open_speech(self.request_for(text, name, speaker, voicing, mix))
                 if not rate:
                     rate = first.sample_rate
                     await self.send_start(request_id, rate, voicing.format, name)

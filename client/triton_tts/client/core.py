@@ -68,7 +68,9 @@ def build_inputs(lib: Any, text: str | bytes, options: SynthesisOptions) -> list
     if options.language:
         inputs.append(tensor("LANGUAGE", np.array([[options.language.encode("utf-8")]], np.object_), "BYTES"))
     if options.voice_mix:
-        inputs.append(tensor("VOICE_MIX", np.array([[options.voice_mix.encode("utf-8")]], np.object_), "BYTES"))
+        inputs.append(
+            tensor("VOICE_MIX", np.array([[options.voice_mix.encode("utf-8")]], np.object_), "BYTES")
+        )
     if options.timestamps:
         inputs.append(tensor("TIMESTAMPS", np.array([[True]], dtype=np.bool_), "BOOL"))
     for name, value, dtype, np_type in (
