@@ -181,16 +181,34 @@ def transcribe_mandarin(audio: npt.NDArray[np.float32], sample_rate: int) -> str
     return "".join(segment.text for segment in _whisper_segments(audio, sample_rate, word_timestamps=False))
 
 
-def _whisper_segments(audio: npt.NDArray[np.float32], sample_rate: int, word_timestamps: bool) -> list[Any]:
-    """Whisper's segments of Mandarin ``audio`` (with each word's times when asked)."""
+def transcribe_whisper_english(audio: npt.NDArray[np.float32], sample_rate: int) -> str:
+    """English by Whisper base (multilingual, trained on many accents): a British voice is
+    not marked down for its accent, as by PocketSphinx's en-US model. Lower case, words only."""
+    text = "".join(
+        s.text for s in _whisper_segments(audio, sample_rate, word_timestamps=False, language="en")
+    )
+    return words(normalize_numbers(text))
+
+
+def normalize_numbers(text: str) -> str:
+    """Whisper writes numbers as digits; the references say them as words."""
+    from triton_tts.text.normalize import normalize_english
+
+    return normalize_english(text)
+
+
+def _whisper_segments(
+    audio: npt.NDArray[np.float32], sample_rate: int, word_timestamps: bool, language: str = "zh"
+) -> list[Any]:
+    """Whisper's segments of ``audio`` (Mandarin unless told; with each word's times when asked)."""
     import soxr
 
     speech = soxr.resample(np.asarray(audio, dtype=np.float32), sample_rate, ASR_SAMPLE_RATE)
     segments, _ = _whisper().transcribe(
         speech.astype(np.float32),
-        language="zh",
+        language=language,
         beam_size=5,
-        initial_prompt=WHISPER_PROMPT,
+        initial_prompt=WHISPER_PROMPT if language == "zh" else None,
         temperature=0.0,  # no fallback sampling: garbage stays garbage, and quick
         without_timestamps=not word_timestamps,
         word_timestamps=word_timestamps,

@@ -2,7 +2,9 @@
 
 ``triton-tts gate-speakers`` synthesises sentences through a running server (``tts``,
 the shipped settings) with each speaker (or mix) and with a baseline voice, transcribes
-every clip with the offline recogniser (:mod:`triton_tts.intelligibility`) and passes a
+every clip with an offline recogniser (:mod:`triton_tts.intelligibility`: Whisper base by
+default; PocketSphinx's en-US model marked Kokoro's bf_emma down for her British accent,
+0.22 against joe's 0.12 on six sentences, where Whisper hears her as well as joe) and passes a
 speaker whose word error rate is at most the baseline's plus ``--max-wer-increase``::
 
     triton-tts gate-speakers --voice kokoro --speakers af_heart,am_adam,bf_emma,bm_george \
@@ -68,10 +70,14 @@ class SpeakerGate:
         return "\n".join(lines)
 
 
-def _wer(client: Any, texts: Sequence[str], **options: Any) -> float:
-    from triton_tts.intelligibility import transcribe, word_error_rate
+RECOGNISERS = ("whisper", "pocketsphinx")
 
-    heard = [transcribe(r.audio, r.sample_rate) for r in (client.synthesize(t, **options) for t in texts)]
+
+def _wer(client: Any, texts: Sequence[str], recogniser: str = "whisper", **options: Any) -> float:
+    from triton_tts.intelligibility import transcribe, transcribe_whisper_english, word_error_rate
+
+    hear = transcribe_whisper_english if recogniser == "whisper" else transcribe
+    heard = [hear(r.audio, r.sample_rate) for r in (client.synthesize(t, **options) for t in texts)]
     return word_error_rate(spoken_references(texts), heard)
 
 
@@ -95,11 +101,12 @@ def gate_speakers(
     baseline: str,
     texts: Sequence[str],
     max_wer_increase: float = MAX_WER_INCREASE,
+    recogniser: str = "whisper",
 ) -> SpeakerGate:
-    base = _wer(client, texts, voice=baseline)
+    base = _wer(client, texts, recogniser, voice=baseline)
     scores = []
     for speaker in speakers:
-        wer = _wer(client, texts, voice=voice, **speaker_options(speaker))
+        wer = _wer(client, texts, recogniser, voice=voice, **speaker_options(speaker))
         scores.append(SpeakerScore(speaker, round(wer, 4), wer <= base + max_wer_increase))
     return SpeakerGate(voice, baseline, len(texts), round(base, 4), max_wer_increase, tuple(scores))
 
@@ -121,7 +128,9 @@ def run(args: argparse.Namespace) -> int:
     client = TTSClient(args.url, protocol="grpc", timeout_s=600, api_key=args.api_key)
     speakers = [s.strip() for s in args.speakers.split(",")] if args.speakers else [""]
     texts = read_texts(args.texts, args.sentences)
-    result = gate_speakers(client, args.voice, speakers, args.baseline, texts, args.max_wer_increase)
+    result = gate_speakers(
+        client, args.voice, speakers, args.baseline, texts, args.max_wer_increase, args.recogniser
+    )
     print(result.table())
     if args.json:
         args.json.write_text(json.dumps(asdict(result), indent=2), encoding="utf-8")
@@ -152,6 +161,12 @@ def add_command(sub: Any, defaults: Any) -> None:
         type=float,
         default=MAX_WER_INCREASE,
         help="most a speaker's WER may exceed the baseline's",
+    )
+    parser.add_argument(
+        "--recogniser",
+        choices=RECOGNISERS,
+        default="whisper",
+        help="whisper (Whisper base: fair to every English accent) or pocketsphinx (en-US only)",
     )
     parser.add_argument("--json", type=Path, help="also write the result as JSON")
     parser.set_defaults(func=run)

@@ -81,6 +81,9 @@ class Voices:
         mixed = self._mix(wanted, served)
         if mixed is not None:
             return mixed
+        base, dot, sub = wanted.rpartition(".")
+        if dot and base in served and ":" not in wanted:  # "kokoro.af_bella": as Riva names speakers
+            wanted = f"{base}:{sub}"
         voice_name, _, speaker = wanted.partition(":")
         voice = served.get(voice_name)
         if voice is None:
