@@ -136,6 +136,12 @@ RUN_ELSEWHERE = {
     "triton-tts serve --gateway-port 8080 --riva-port 50051": (
         "tests/test_lifecycle.py::test_ready_only_after_every_model_has_warmed_up"
     ),
+    "make kokoro": "tests/test_kokoro.py::exported",  # its export line, into a scratch folder
+    "make serve VOICE=kokoro": "tests/test_kokoro.py::server",  # its serve line: kokoro, then joe
+    "triton-tts export kokoro --out voices/kokoro": "tests/test_kokoro.py::exported",
+    "triton-tts gate-speakers --voice kokoro --speakers af_heart,am_adam,bf_emma,bm_george --baseline joe [--texts my_sentences.txt] [--json gate.json]": (  # noqa: E501
+        "tests/test_kokoro.py::test_the_speaker_gate_passes_kokoro_and_fails_broken_voices"
+    ),
     "locust -f benchmarks/locustfile.py --headless -u 8 -r 8 -t 60s --host localhost:8000 --grpc-url localhost:8001": (  # noqa: E501
         "tests/test_benchmarks.py::test_locust_scenario_smoke"  # 2 users, not 8 for 60 s
     ),

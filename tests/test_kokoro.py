@@ -31,6 +31,7 @@ from triton_tts.validation import InvalidRequest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ROOT / ".wheelhouse" / "kokoro"
 SENTENCE = "The quick brown fox jumps over the lazy dog."
+STORED_MIX = "sunny"  # a mix stored by name: the gateway's --voice-alias
 CLI = [sys.executable, "-m", "triton_tts.cli"]
 
 
@@ -188,7 +189,9 @@ def client(server: TritonServer) -> TTSClient:
 
 @pytest.fixture(scope="module")
 def gateway(server: TritonServer) -> Iterator[str]:
-    with running_gateway(server.grpc_url) as base:
+    with running_gateway(
+        server.grpc_url, "--voice-alias", f"{STORED_MIX}=kokoro:af_bella:0.7+af_sky:0.3"
+    ) as base:
         yield base
 
 
@@ -286,7 +289,7 @@ def test_the_gateway_takes_mixes_speakers_and_openai_names(client: TTSClient, ga
     alloy = pcm("alloy")  # OpenAI's name: Kokoro's af_alloy
     assert alloy == pcm("kokoro.af_alloy") == pcm("kokoro:af_alloy")
     mixed = pcm("af_bella:0.7+af_sky:0.3")
-    assert mixed == pcm("kokoro:af_bella:0.7+af_sky:0.3")
+    assert mixed == pcm("kokoro:af_bella:0.7+af_sky:0.3") == pcm(STORED_MIX)
     direct = client.synthesize("Good morning.", voice="kokoro", voice_mix="af_bella:0.7+af_sky:0.3")
     assert len(mixed) == 2 * len(direct.audio)
     import urllib.request

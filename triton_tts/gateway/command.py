@@ -99,7 +99,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME=VOICE[:SPEAKER]",
-        help="a voice name callers may use (OpenAI's names map to the default voice unless set here)",
+        help="a voice name callers may use (OpenAI's names map to the default voice unless set here); "
+        "a stored mix of a style voice's speakers too: NAME=af_bella:0.7+af_sky:0.3",
     )
     parser.add_argument(
         "--heartbeat-s",
