@@ -151,7 +151,7 @@ test-unit: setup .bench/piper/bin/python .bench/piper-phonemize/bin/python voice
 
 # Benchmarks (not tests): perf_analyzer sweep, real-time factor, streaming, peers;
 # results/ is ignored. Peers live in their own virtualenvs under .bench/.
-bench: setup bench-peers
+bench: setup bench-peers voices/kokoro/voice.json
 	$(BIN)/python -m benchmarks.perf
 	$(BIN)/python -m benchmarks.rtf
 	$(BIN)/python -m benchmarks.streaming
@@ -159,8 +159,9 @@ bench: setup bench-peers
 	$(BIN)/python -m benchmarks.gateway
 	$(BIN)/python -m benchmarks.text_stream
 	$(BIN)/python -m benchmarks.peers
+	$(BIN)/python -m benchmarks.kokoro
 
-bench-peers: .bench/piper/bin/python .bench/coqui/bin/tts-server
+bench-peers: .bench/piper/bin/python .bench/coqui/bin/tts-server .bench/kokoro-onnx/bin/python
 
 # Memory under mixed traffic for 30 minutes (--minutes), own server: results/soak.json, .md, .png.
 soak: setup
@@ -182,6 +183,16 @@ $(PERF_ANALYZER): requirements/perf.txt
 .bench/piper-phonemize/bin/python:
 	$(PYTHON) -m venv .bench/piper-phonemize
 	.bench/piper-phonemize/bin/pip install -q piper-phonemize==1.1.0
+
+# kokoro-onnx, the reference runner of benchmarks/kokoro.py (needs numpy 2: its own virtualenv).
+KOKORO_ONNX_STAMP := .bench/kokoro-onnx/.installed
+
+.bench/kokoro-onnx/bin/python: $(KOKORO_ONNX_STAMP)
+
+$(KOKORO_ONNX_STAMP): requirements/kokoro-onnx.txt
+	$(PYTHON) -m venv .bench/kokoro-onnx
+	.bench/kokoro-onnx/bin/pip install -q -r requirements/kokoro-onnx.txt
+	touch $@
 
 .bench/coqui/bin/tts-server:
 	$(PYTHON) -m venv .bench/coqui
