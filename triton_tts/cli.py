@@ -170,9 +170,14 @@ def cmd_export_kokoro(args: argparse.Namespace) -> int:
     from triton_tts.export import kokoro
 
     _output_folder(args.out)
-    for flag, path in (("--onnx", args.onnx), ("--voices", args.voices), ("--packages", args.packages)):
+    given = (("--onnx", args.onnx), ("--voices", args.voices), ("--packages", args.packages))
+    for flag, path in (*given, ("--checkpoint", args.checkpoint), ("--config", args.config)):
         if path is not None and not path.exists():
             raise UserError(f"{flag} {path}: no such file or folder")
+    if bool(args.checkpoint) != bool(args.config):
+        raise UserError("--checkpoint and --config go together (a Kokoro checkpoint and its config.json)")
+    if args.checkpoint and args.onnx:
+        raise UserError("--checkpoint or --onnx: one model source")
     try:
         kokoro.run(args)
     except (kokoro.SourceMissing, ValueError) as err:
@@ -456,6 +461,10 @@ def _add_export_kokoro(export_sub: Any, defaults: Any) -> None:
     kokoro.add_argument(
         "--voices", type=Path, help="a folder of NAME.bin voice packs instead of the kokoro sdist's"
     )
+    kokoro.add_argument(
+        "--checkpoint", type=Path, help="a full-precision Kokoro checkpoint (kokoro-v1_0.pth; with --config)"
+    )
+    kokoro.add_argument("--config", type=Path, help="the checkpoint's config.json (its vocab and sizes)")
     kokoro.add_argument("--name", default="kokoro", help="voice name")
     kokoro.add_argument(
         "--no-verify", action="store_true", help="skip checking the split against the whole graph"

