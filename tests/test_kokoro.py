@@ -187,11 +187,13 @@ def client(server: TritonServer) -> TTSClient:
     return TTSClient(server.grpc_url, protocol="grpc", timeout_s=600)
 
 
+RIVA_PORT = free_port()
+
+
 @pytest.fixture(scope="module")
 def gateway(server: TritonServer) -> Iterator[str]:
-    with running_gateway(
-        server.grpc_url, "--voice-alias", f"{STORED_MIX}=kokoro:af_bella:0.7+af_sky:0.3"
-    ) as base:
+    alias = f"{STORED_MIX}=kokoro:af_bella:0.7+af_sky:0.3"
+    with running_gateway(server.grpc_url, "--voice-alias", alias, "--riva-port", str(RIVA_PORT)) as base:
         yield base
 
 
@@ -319,3 +321,34 @@ def test_the_speaker_gate_passes_kokoro_and_fails_broken_voices(server: TritonSe
         )  # fmt: skip
         assert failed.returncode == 1, f"{broken} passed the gate:\n{failed.stdout}{failed.stderr}"
         assert "FAIL" in failed.stdout
+
+
+def test_riva_reaches_kokoros_speakers_and_mixes(client: TTSClient, gateway: str) -> None:
+    """Pipecat's and LiveKit's NVIDIA plugins name a voice by Riva's voice_name."""
+    import riva.client
+
+    service = riva.client.SpeechSynthesisService(riva.client.Auth(uri=f"localhost:{RIVA_PORT}"))
+    for voice_name, options in (
+        ("kokoro.bm_george", {"voice_mix": "bm_george"}),
+        ("kokoro.af_bella:0.7+kokoro.af_sky:0.3", {"voice_mix": "af_bella:0.7+af_sky:0.3"}),
+    ):
+        answer = service.synthesize(
+            "Good morning.", voice_name=voice_name, language_code="en-GB", sample_rate_hz=24000
+        )
+        direct = client.synthesize("Good morning.", voice="kokoro", **options)
+        riva_audio = np.frombuffer(answer.audio, "<i2").astype(np.float64)
+        assert len(riva_audio) == len(direct.audio), voice_name
+        expected = np.clip(np.round(direct.audio * 32767), -32768, 32767)
+        assert np.max(np.abs(riva_audio - expected)) <= 2, voice_name  # the same samples, as PCM16
+    configs = service.stub.GetRivaSynthesisConfig(riva.client.proto.riva_tts_pb2.RivaSynthesisConfigRequest())
+    kokoro = next(c for c in configs.model_config if c.parameters["voice_name"] == "kokoro")
+    assert "af_heart" in kokoro.parameters["subvoices"] and "bm_george" in kokoro.parameters["subvoices"]
+
+
+def test_a_requests_lexicon_changes_only_its_word(client: TTSClient) -> None:
+    from triton_tts.text.phonemize import espeak
+
+    dog = espeak("en-us").phonemize(["dog"])[0]
+    said = client.synthesize("The fox.", voice="kokoro", lexicon={"fox": dog})
+    plain = client.synthesize("The dog.", voice="kokoro")
+    np.testing.assert_array_equal(said.audio, plain.audio)

