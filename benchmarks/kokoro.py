@@ -24,7 +24,11 @@ together, each left after its first chunk, the machine idle again before the nex
 tritonserver and its Python-backend stubs from ready to the end (PSS beside it: RSS counts
 the shared-memory regions twice), sampled; the worker's peak RSS (its own and sampled).
 A shared machine skews all of it: per level and side, "others' load" is the CPU the
-machine spent beyond this run's own, per second (0 on an idle machine).
+machine spent beyond this run's own, per second (0 on an idle machine); the CPU seconds
+this run spent on the same sentences (the worker; tritonserver, its stubs and the gRPC
+clients) hold up better on a busy one. kokoro-onnx trims the silence at the ends of what
+the model makes (its create() default), triton-tts keeps it: the same texts give
+different seconds of audio, so the sides compare by wall and CPU seconds on them.
 
     python -m benchmarks.kokoro                                  # c 1 and 8: ~5 min on 2 idle cores
     python -m benchmarks.kokoro --levels 1 4 8 --rounds 3 --first-samples 5
@@ -174,6 +178,27 @@ def first_level(
     }
 
 
+def measure_level(
+    whole: Callable[[str], float],
+    first: Callable[[str], tuple[float, float]],
+    texts: list[str],
+    paragraph: str,
+    concurrency: int,
+    first_samples: int,
+    settle: Callable[[], None] = lambda: None,
+    pids: Callable[[], list[int]] = list,
+) -> dict[str, Any]:
+    """One level of one side: whole texts, then first chunks; the CPU this run spent on the
+    whole texts (audio per CPU second does not depend on what else the machine runs) and
+    what others ran meanwhile (``pids``: this run's processes besides this one and its children)."""
+    with CpuShare(pids) as level:
+        with CpuShare(pids) as spent:
+            whole_texts = whole_level(whole, texts, concurrency)
+        whole_texts["cpu_s"] = spent.summary()["own_cpu_s"]
+        firsts = first_level(first, paragraph, concurrency, first_samples, settle)
+    return {"concurrency": concurrency, "whole": whole_texts, "first": firsts, "cpu": level.summary()}
+
+
 # --- the kokoro-onnx worker (runs in .bench/kokoro-onnx) -----------------------------------
 
 
@@ -221,12 +246,10 @@ def worker_main(spec_path: Path) -> None:
     result: dict[str, Any] = {"load_s": time.perf_counter() - started, "create_stream": streams, "levels": []}
     for concurrency in spec["levels"]:
         print(f"kokoro-onnx: concurrency {concurrency}", file=sys.stderr, flush=True)
-        with CpuShare() as share:
-            level = {"concurrency": concurrency, "whole": whole_level(whole, spec["texts"], concurrency)}
-            level["first"] = first_level(
-                first, spec["paragraph"], concurrency, spec["first_samples"], lambda: None
-            )
-        result["levels"].append({**level, "cpu": share.summary()})
+        level = measure_level(
+            whole, first, spec["texts"], spec["paragraph"], concurrency, spec["first_samples"]
+        )
+        result["levels"].append(level)
     result["ru_maxrss_kib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     Path(spec["out"]).write_text(json.dumps(result), encoding="utf-8")
 
@@ -423,8 +446,11 @@ def served(args: argparse.Namespace, texts: list[str], paragraph: str) -> dict[s
     def processes() -> dict[str, int]:
         return {"tritonserver": serving[0], **stub_instances(serving[0])} if serving else {}
 
+    def pids() -> list[int]:
+        return list(processes().values())
+
     # Read before the server stops: stubs that outlive tritonserver are no children of ours.
-    share = CpuShare(lambda: list(processes().values())).begin()
+    share = CpuShare(pids).begin()
     with default_voice_server(voice_dir=[KOKORO_VOICE, ensure_default_voice()]) as server:
         assert server.process is not None
         serving.append(server.process.pid)
@@ -463,10 +489,10 @@ def served(args: argparse.Namespace, texts: list[str], paragraph: str) -> dict[s
             settle()
             for concurrency in args.levels:
                 log.info("triton-tts: concurrency %d", concurrency)
-                with CpuShare(lambda: list(processes().values())) as level_share:
-                    level = {"concurrency": concurrency, "whole": whole_level(whole, texts, concurrency)}
-                    level["first"] = first_level(first, paragraph, concurrency, args.first_samples, settle)
-                result["levels"].append({**level, "cpu": level_share.summary()})
+                level = measure_level(
+                    whole, first, texts, paragraph, concurrency, args.first_samples, settle, pids
+                )
+                result["levels"].append(level)
         share.finish()
     result["cpu"] = share.summary()
     result["memory"] = sampler.summary()
@@ -538,22 +564,28 @@ def tables(results: dict[str, Any]) -> list[str]:
     lines = [
         f"Kokoro-82M int8, speaker {results['speaker']}: the eight sentences x {results['rounds']} "
         f"({results['sentences']} requests) from one queue, and the first chunk of a "
-        f"{results['paragraph_chars']}-character paragraph (bursts of the concurrency):",
+        f"{results['paragraph_chars']}-character paragraph (bursts of the concurrency). CPU s: "
+        "what the sentences cost (the worker; tritonserver, its stubs and the gRPC clients); vs "
+        "kokoro-onnx: its wall or CPU seconds over these on the same texts (kokoro-onnx trims the "
+        "silence at the ends, so its audio is shorter). Others' load: CPU the machine spent beyond "
+        "this run's, per second of the level (0 on an idle machine):",
         "",
-        "| concurrency | runner | x real time | wall s | audio s | request p50 | p99 "
-        "| first chunk p50 | first chunk audio | vs kokoro-onnx (wall) | others' load |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| concurrency | runner | x real time | wall s | audio s | CPU s | vs kokoro-onnx: wall | CPU "
+        "| request p50 | p99 | first chunk p50 | first chunk audio | others' load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for i, concurrency in enumerate(results["levels"]):
         peer = results.get("kokoro_onnx", {}).get("levels", [None] * (i + 1))[i]
         for key, name in sides:
             level = results[key]["levels"][i]
             w, f = level["whole"], level["first"]
-            ratio = f"{peer['whole']['wall_s'] / w['wall_s']:.2f}" if peer else "-"
+            wall = f"{peer['whole']['wall_s'] / w['wall_s']:.2f}" if peer else "-"
+            cpu = f"{peer['whole']['cpu_s'] / w['cpu_s']:.2f}" if peer else "-"
             lines.append(
                 f"| {concurrency} | {name} | {w['x_real_time']:.2f} | {w['wall_s']:.1f} | {w['audio_s']:.1f} "
-                f"| {w['p50_s']:.2f} s | {w['p99_s']:.2f} s | {f['first_chunk_p50_s']:.2f} s "
-                f"| {f['first_chunk_audio_s']:.1f} s | {ratio} | {level['cpu']['others_cores']:.2f} cores |"
+                f"| {w['cpu_s']:.1f} | {wall} | {cpu} | {w['p50_s']:.2f} s | {w['p99_s']:.2f} s "
+                f"| {f['first_chunk_p50_s']:.2f} s | {f['first_chunk_audio_s']:.1f} s "
+                f"| {level['cpu']['others_cores']:.2f} cores |"
             )
     threads = results["server_instances_threads"]
     memory = [
