@@ -317,7 +317,7 @@ def test_the_speaker_gate_passes_kokoro_and_fails_broken_voices(server: TritonSe
     for broken in ("kokoro-badstyle", "kokoro-badphonemes"):
         failed = _cli(
             "gate-speakers", "--url", server.grpc_url, "--voice", broken, "--speakers", "af_heart",
-            "--baseline", "joe", "--sentences", "3", check=False,
+            "--baseline", "joe", "--sentences", "2", check=False,
         )  # fmt: skip
         assert failed.returncode == 1, f"{broken} passed the gate:\n{failed.stdout}{failed.stderr}"
         assert "FAIL" in failed.stdout
@@ -351,4 +351,5 @@ def test_a_requests_lexicon_changes_only_its_word(client: TTSClient) -> None:
     dog = espeak("en-us").phonemize(["dog"])[0]
     said = client.synthesize("The fox.", voice="kokoro", lexicon={"fox": dog})
     plain = client.synthesize("The dog.", voice="kokoro")
-    np.testing.assert_array_equal(said.audio, plain.audio)
+    assert said.audio.shape == plain.audio.shape  # the same ids: the same durations
+    np.testing.assert_allclose(said.audio, plain.audio, atol=1e-4)
