@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 from openai import OpenAI
 
@@ -197,7 +198,7 @@ def gateway(server: TritonServer) -> Iterator[str]:
         yield base
 
 
-def _heard(audio: np.ndarray, rate: int) -> str:
+def _heard(audio: npt.NDArray[np.float32], rate: int) -> str:
     from triton_tts.intelligibility import transcribe
 
     return transcribe(audio, rate)
@@ -328,14 +329,14 @@ def test_riva_reaches_kokoros_speakers_and_mixes(client: TTSClient, gateway: str
     import riva.client
 
     service = riva.client.SpeechSynthesisService(riva.client.Auth(uri=f"localhost:{RIVA_PORT}"))
-    for voice_name, options in (
-        ("kokoro.bm_george", {"voice_mix": "bm_george"}),
-        ("kokoro.af_bella:0.7+kokoro.af_sky:0.3", {"voice_mix": "af_bella:0.7+af_sky:0.3"}),
+    for voice_name, mix in (
+        ("kokoro.bm_george", "bm_george"),
+        ("kokoro.af_bella:0.7+kokoro.af_sky:0.3", "af_bella:0.7+af_sky:0.3"),
     ):
         answer = service.synthesize(
             "Good morning.", voice_name=voice_name, language_code="en-GB", sample_rate_hz=24000
         )
-        direct = client.synthesize("Good morning.", voice="kokoro", **options)
+        direct = client.synthesize("Good morning.", voice="kokoro", voice_mix=mix)
         riva_audio = np.frombuffer(answer.audio, "<i2").astype(np.float64)
         assert len(riva_audio) == len(direct.audio), voice_name
         expected = np.clip(np.round(direct.audio * 32767), -32768, 32767)

@@ -67,7 +67,7 @@ def random_checkpoint(folder: Path) -> tuple[Path, Path]:
         kokoro_model_code(PACKAGES, Path(scratch))
         sys.path.insert(0, scratch)
         try:
-            from kokoro.model import KModel  # type: ignore[import-not-found]
+            from kokoro.model import KModel
 
             torch.manual_seed(0)
             empty = folder / "empty.pth"
