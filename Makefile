@@ -19,7 +19,7 @@ APT_PACKAGES := espeak-ng libespeak-ng1 sox libsndfile1 libb64-0d libpython$(PY_
 # Development only: a real browser for the gateway page's test (Playwright drives it).
 DEV_APT_PACKAGES := chromium
 # Voices and the built repository live in the checkout: the default home of an editable
-# install (triton_tts/paths.py), so `make` and a plain shell find the same voices.
+# install (triton_tts/contract/paths.py), so `make` and a plain shell find the same voices.
 REPOSITORY := build/model_repository
 # The Python of the Triton image (tritonserver:26.08-py3 has 3.12): the image's
 # requirement set is installed and served with it in tests/test_image_install.py.
@@ -70,7 +70,7 @@ $(BIN)/python:
 # pyproject.toml states ranges; requirements/lock.txt fixes every version (scripts/lock.py).
 $(SERVE_STAMP): pyproject.toml $(LOCK) requirements/vad.txt | $(BIN)/python
 	$(BIN)/pip install -q -c $(LOCK) -e '.[$(SERVE_EXTRAS)]'
-	# Silero VAD's wheel, for its graph only (the vad model; triton_tts/vad_graph.py)
+	# Silero VAD's wheel, for its graph only (the vad model; triton_tts/build/vad_graph.py)
 	$(BIN)/pip download -q --no-deps -r requirements/vad.txt -d .wheelhouse/vad
 	touch $@
 

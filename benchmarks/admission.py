@@ -38,7 +38,7 @@ from tritonclient.utils import InferenceServerException
 from benchmarks.overload import own_server, percentile
 from benchmarks.stamp import stamp, write_report
 from testkit.sample_texts import PARAGRAPH, SENTENCES
-from triton_tts.model_configs import BuildOptions
+from triton_tts.build.model_configs import BuildOptions
 
 CALLERS = [16, 32, 64]
 OFF_MS = 10**9  # budgets no wait reaches: admission refuses nothing

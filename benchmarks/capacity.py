@@ -49,8 +49,8 @@ from benchmarks.overload import TEXTS, own_server, percentile
 from benchmarks.overload import level as offered_load
 from benchmarks.stamp import stamp, stamp_line, write_report
 from testkit.sample_texts import SENTENCES, STREAM_PARAGRAPHS
+from triton_tts.build.model_configs import BuildOptions
 from triton_tts.client.tts_client import NO_RETRIES, ServerBusy, TTSClient, TTSError
-from triton_tts.model_configs import BuildOptions
 
 # The count-based admission as it shipped before admission by work: 4 tts instances and
 # 8 queued (12 texts), 16 streams.

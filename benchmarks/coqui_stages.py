@@ -6,8 +6,8 @@ exported at FP32, FP16 and INT8, and each stage is timed on the same phoneme ids
 
 - eager PyTorch: Coqui's own modules (the wrapper the export traces for the acoustic
   stage; the vocoder's generator), ``torch.set_num_threads(threads)``;
-- onnxruntime: the runners the Triton models use (``triton_tts.stages``,
-  ``triton_tts.tacotron``), CPU, the same thread count.
+- onnxruntime: the runners the Triton models use (``triton_tts.runtime.stages``,
+  ``triton_tts.runtime.tacotron``), CPU, the same thread count.
 
 Speed is x real time (seconds of audio per second of compute; higher is better), the best
 of ``--rounds`` over a few sentences of different lengths. FP16 is for GPUs: on a CPU
@@ -38,14 +38,14 @@ from benchmarks.stamp import stamp, write_report
 from testkit.coqui_checkpoints import build_tts, build_vocoder
 from testkit.coqui_reference import coqui_ids
 from testkit.sample_texts import SENTENCES
+from triton_tts.contract.voice import VOCODER_FILE, VOCODER_UNPADDED_FILE
 from triton_tts.export.coqui.export import export_coqui
 from triton_tts.export.coqui.loading import Loaded, load
 from triton_tts.export.coqui.vits import VitsAcoustic
 from triton_tts.export.voice_runs import acoustic_runner
-from triton_tts.intelligibility import GateThresholds
-from triton_tts.onnx_session import available_cores
-from triton_tts.stages import RunFailed, VocoderRunner
-from triton_tts.voice import VOCODER_FILE, VOCODER_UNPADDED_FILE
+from triton_tts.quality.intelligibility import GateThresholds
+from triton_tts.runtime.onnx_session import available_cores
+from triton_tts.runtime.stages import RunFailed, VocoderRunner
 
 FAMILIES = {  # family -> vocoder (None: VITS has its own decoder)
     "vits": None,

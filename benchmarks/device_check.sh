@@ -18,7 +18,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   export PYTHONPATH=/tmp/site
 fi
 # The vocoder profile's frame budget for this voice, from the one place that decides it.
-MAX_FRAMES=$(python3 -c "import json; from triton_tts.limits import frame_budget; \
+MAX_FRAMES=$(python3 -c "import json; from triton_tts.runtime.limits import frame_budget; \
 v = json.load(open('voices/joe/voice.json')); print(frame_budget(v['sample_rate'], v['hop_length']))")
 PYTHONUNBUFFERED=1 python3 -m benchmarks.gpu_vocoder_check \
   --vocoder voices/joe/vocoder.onnx --out "$OUT_DIR/gpu_vocoder.json" --max-frames "$MAX_FRAMES" "$@"

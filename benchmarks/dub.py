@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with ExitStack() as stack:
         url = args.url
         if url is None:
-            from triton_tts.server import default_voice_server
+            from triton_tts.ops.server import default_voice_server
 
             url = stack.enter_context(default_voice_server()).grpc_url
         with TTSClient(url, "grpc") as client:

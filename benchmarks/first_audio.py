@@ -40,8 +40,8 @@ import numpy as np
 
 from benchmarks.stamp import stamp, stamp_line, write_report
 from testkit.sample_texts import STREAM_PARAGRAPHS
+from triton_tts.build.model_configs import BuildOptions
 from triton_tts.client import TTSClient
-from triton_tts.model_configs import BuildOptions
 
 DEFAULT = BuildOptions()
 BEFORE = replace(DEFAULT, stream_lead_ms=0, first_chunk_priority=0, first_chunk_chars=160, chunk_growth=0)
@@ -180,8 +180,8 @@ def serve_variant(
     bursts: list[int],
     voice: Path | None,
 ) -> list[dict[str, Any]]:
-    from triton_tts.repository import build_repository, ensure_default_voice
-    from triton_tts.server import TritonServer, free_port
+    from triton_tts.ops.repository import build_repository, ensure_default_voice
+    from triton_tts.ops.server import TritonServer, free_port
 
     # The shipped admission: what it refuses at a level is counted, never raised away.
     with tempfile.TemporaryDirectory(prefix="triton-tts-first-audio-") as scratch:

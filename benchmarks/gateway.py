@@ -145,7 +145,7 @@ def server_and_gateway(
     if grpc_url and gateway:
         return grpc_url, gateway, riva
     from triton_tts.gateway.command import start_child, wait_live
-    from triton_tts.server import default_voice_server, free_port
+    from triton_tts.ops.server import default_voice_server, free_port
 
     server = stack.enter_context(default_voice_server())
     port, riva_port = free_port(), free_port()

@@ -176,11 +176,11 @@ def main() -> None:
 
 
 def capacity(rows: list[dict[str, Any]], burst_batch: int) -> list[dict[str, Any]]:
-    """What admission would take of this GPU (triton_tts/admission.py), per dtype: the
+    """What admission would take of this GPU (triton_tts/runtime/admission.py), per dtype: the
     vocoder's best throughput, what the start-up burst's batches reach (the capacity
     measured at start, before live correction), and the listeners 1 - headroom of the
     best admits. The vocoder is the bulk of the work; the other stages lower it a little."""
-    from triton_tts.admission import AdmissionSettings
+    from triton_tts.runtime.admission import AdmissionSettings
 
     room = 1.0 - AdmissionSettings().stream_headroom
     out = []

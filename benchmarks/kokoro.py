@@ -434,9 +434,9 @@ def reference(args: argparse.Namespace, texts: list[str], paragraph: str, thread
 def served(args: argparse.Namespace, texts: list[str], paragraph: str) -> dict[str, Any]:
     """triton-tts's own server (shipped options) serving kokoro and joe; gRPC clients."""
     from triton_tts.client import TTSClient
-    from triton_tts.repository import ensure_default_voice
-    from triton_tts.server import default_voice_server, requests_in_flight
-    from triton_tts.watchdog import stub_instances
+    from triton_tts.ops.repository import ensure_default_voice
+    from triton_tts.ops.server import default_voice_server, requests_in_flight
+    from triton_tts.ops.watchdog import stub_instances
 
     if not (KOKORO_VOICE / "voice.json").exists():
         raise SystemExit(f"no Kokoro voice at {KOKORO_VOICE}: run `make kokoro`")
@@ -525,8 +525,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         args.levels, args.rounds, args.first_samples = [1], 1, 1
     out = args.out or Path("results/kokoro-smoke.json" if args.smoke else "results/kokoro.json")
     from testkit.sample_texts import PARAGRAPH, SENTENCES
-    from triton_tts.build_options import BuildOptions
-    from triton_tts.onnx_session import available_cores, resolve_threads
+    from triton_tts.build.build_options import BuildOptions
+    from triton_tts.runtime.onnx_session import available_cores, resolve_threads
 
     shipped = BuildOptions()
     # [instances, intra-op threads of each] per stage, "auto" resolved as the stubs do

@@ -39,10 +39,10 @@ import numpy as np
 
 from benchmarks.stamp import stamp, write_report
 from testkit.sample_texts import SENTENCES
+from triton_tts.build.model_configs import BuildOptions
 from triton_tts.client.tts_client import NO_RETRIES, RetryPolicy, ServerBusy, TTSClient, TTSError
-from triton_tts.model_configs import BuildOptions
-from triton_tts.repository import build_repository, ensure_default_voice
-from triton_tts.server import TritonServer, free_port
+from triton_tts.ops.repository import build_repository, ensure_default_voice
+from triton_tts.ops.server import TritonServer, free_port
 
 LEVELS = [1, 2, 4, 8, 16, 32, 64]
 # Three consecutive sentences of the mixed set: 2 chunks, 5 to 12 s of audio each.

@@ -38,7 +38,7 @@ import soundfile as sf
 from benchmarks.loadgen import load, triton_call
 from benchmarks.stamp import stamp, write_report
 from testkit.sample_texts import SENTENCES
-from triton_tts.onnx_session import available_cores
+from triton_tts.runtime.onnx_session import available_cores
 
 log = logging.getLogger("peers")
 ROOT = Path(__file__).resolve().parent.parent
@@ -155,7 +155,7 @@ def coqui_model(family: str, precisions: list[str]) -> tuple[Path, Path, list[Pa
     missing = [(p, d) for p, d in zip(precisions, voice_dirs, strict=True) if not (d / "voice.json").exists()]
     if missing:
         from triton_tts.export.coqui import export, loading
-        from triton_tts.intelligibility import GateThresholds
+        from triton_tts.quality.intelligibility import GateThresholds
 
         loaded = loading.load(checkpoint=checkpoint, config=config)  # once for every precision
         for precision, voice_dir in missing:
@@ -192,7 +192,7 @@ def coqui_call(port: int) -> Callable[[str], float]:
 
 def coqui_side_by_side(concurrency: int, rounds: int, family: str, precisions: list[str]) -> dict[str, Any]:
     """Coqui's tts-server and triton-tts on the same Coqui model, one after the other."""
-    from triton_tts.server import default_voice_server, free_port
+    from triton_tts.ops.server import default_voice_server, free_port
 
     checkpoint, config, voice_dirs = coqui_model(family, precisions)
     results: dict[str, Any] = {}
@@ -237,8 +237,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--no-coqui", action="store_true", help="skip Coqui's server")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    from triton_tts.repository import ensure_default_voice
-    from triton_tts.server import default_voice_server, free_port
+    from triton_tts.ops.repository import ensure_default_voice
+    from triton_tts.ops.server import default_voice_server, free_port
 
     ensure_default_voice()
     results: dict[str, Any] = {**stamp(), "concurrency": args.concurrency}

@@ -33,7 +33,7 @@ from benchmarks.stamp import stamp, write_report
 from testkit.sample_texts import PARAGRAPH
 from triton_tts.client import TTSClient
 from triton_tts.client.tts_client import env_api_key
-from triton_tts.server import key_headers
+from triton_tts.ops.server import key_headers
 
 log = logging.getLogger("perf")
 
@@ -276,7 +276,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if args.url_grpc and args.url_http:
             urls = {"grpc": args.url_grpc, "http": args.url_http}
         else:
-            from triton_tts.server import default_voice_server
+            from triton_tts.ops.server import default_voice_server
 
             server = stack.enter_context(default_voice_server())
             urls = {"grpc": server.grpc_url, "http": server.http_url}

@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.stamp import stamp, write_report
+from triton_tts.contract.voice import VOCODER_FILE
 from triton_tts.export.coqui.precision import half_precision
 from triton_tts.export.precision_gate import Reference, gate_vocoder, reference_from_latents, voice_reference
 from triton_tts.export.quantize import CALIBRATION_TEXTS, quantize_vocoder
 from triton_tts.export.voice_runs import Latents, latents, run_vocoder
-from triton_tts.gate_texts import GATE_TEXTS, spoken
-from triton_tts.intelligibility import GateThresholds
-from triton_tts.voice import VOCODER_FILE
+from triton_tts.quality.gate_texts import GATE_TEXTS, spoken
+from triton_tts.quality.intelligibility import GateThresholds
 
 log = logging.getLogger(__name__)
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from triton_tts.contract.voice import VOCODER_FILE, Voice
 from triton_tts.export.piper import bundled_joe_paths
 from triton_tts.export.voice_runs import acoustic_runner, text_ids
-from triton_tts.repository import ensure_default_voice
-from triton_tts.stages import RunFailed, VocoderRunner
-from triton_tts.voice import VOCODER_FILE, Voice
+from triton_tts.ops.repository import ensure_default_voice
+from triton_tts.runtime.stages import RunFailed, VocoderRunner
 
 
 class PiperReference:

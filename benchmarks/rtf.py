@@ -27,7 +27,7 @@ from benchmarks.stamp import stamp, write_report
 from testkit.sample_texts import SENTENCES
 from triton_tts.client import TTSClient
 from triton_tts.client.tts_client import Protocol
-from triton_tts.onnx_session import available_cores
+from triton_tts.runtime.onnx_session import available_cores
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with ExitStack() as stack:
         url = args.url
         if url is None:
-            from triton_tts.server import default_voice_server
+            from triton_tts.ops.server import default_voice_server
 
             server = stack.enter_context(default_voice_server())
             url = server.grpc_url if args.protocol == "grpc" else server.http_url

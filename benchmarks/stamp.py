@@ -18,7 +18,7 @@ STAMP_KEYS = ("date", "commit", "machine")
 
 def _usable_cores() -> int:
     try:
-        from triton_tts.onnx_session import available_cores
+        from triton_tts.runtime.onnx_session import available_cores
     except ImportError:  # gpu_vocoder_check runs on bare GPU machines without onnxruntime
         return len(os.sched_getaffinity(0))
     return available_cores()

@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", type=Path, default=Path("results/streaming.json"))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    from triton_tts.server import default_voice_server
+    from triton_tts.ops.server import default_voice_server
 
     with ExitStack() as stack:
         pid = None

@@ -1,7 +1,7 @@
 """Word timestamp accuracy, per voice: each served voice that has word timestamps says
 held-out sentences with TIMESTAMPS, and each word's start is compared with where
 pocketsphinx's forced alignment of the same audio (``Decoder.seg()``) starts it; for
-Mandarin voices, with Whisper's word timestamps (triton_tts.intelligibility.
+Mandarin voices, with Whisper's word timestamps (triton_tts.quality.intelligibility.
 mandarin_word_starts: words that begin at the same character; a sentence's first word is
 left out, since Whisper starts it at the audio's start whatever the silence before it).
 
@@ -28,7 +28,7 @@ import tritonclient.grpc as grpcclient
 
 from benchmarks.stamp import stamp, write_report
 from triton_tts.client import TTSClient
-from triton_tts.intelligibility import mandarin_word_starts, word_starts
+from triton_tts.quality.intelligibility import mandarin_word_starts, word_starts
 from triton_tts.text.frontend import is_chinese
 
 # Held out: none of these was used while the timing rules were set (tests/test_timestamps.py
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with ExitStack() as stack:
         url = args.url_grpc
         if url is None:
-            from triton_tts.server import default_voice_server
+            from triton_tts.ops.server import default_voice_server
 
             url = stack.enter_context(default_voice_server(voice_dir=args.voice)).grpc_url
         grpcclient.InferenceServerClient(url).is_server_ready()

@@ -23,10 +23,10 @@ from typing import Any
 
 from benchmarks.loadgen import load, triton_call
 from benchmarks.stamp import stamp, write_report
-from triton_tts import paths
-from triton_tts.model_configs import BuildOptions
-from triton_tts.repository import build_repository, ensure_default_voice
-from triton_tts.server import TritonServer, free_port
+from triton_tts.build.model_configs import BuildOptions
+from triton_tts.contract import paths
+from triton_tts.ops.repository import build_repository, ensure_default_voice
+from triton_tts.ops.server import TritonServer, free_port
 
 DEFAULT = BuildOptions()
 SETTINGS: dict[str, tuple[str, BuildOptions]] = {

@@ -42,8 +42,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks.stamp import stamp, write_report
-from triton_tts.model_configs import XTTS_MODEL, xtts
-from triton_tts.onnx_session import available_cores
+from triton_tts.build.model_configs import XTTS_MODEL, xtts
+from triton_tts.runtime.onnx_session import available_cores
 from triton_tts.xtts.card import Sampling
 from triton_tts.xtts.runner import CachePool, Conditioning, FloatArray, Generation, XttsRunner
 from triton_tts.xtts.scheduler import Job, Scheduler

@@ -26,13 +26,13 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from tests.helpers import running_gateway, shutdown_problems
-from triton_tts import paths
-from triton_tts.model_configs import BuildOptions
-from triton_tts.repository import ensure_default_voice
-from triton_tts.server import TritonServer, default_voice_server
+from triton_tts.build.model_configs import BuildOptions
+from triton_tts.contract import paths
+from triton_tts.contract.voice import Voice
+from triton_tts.ops.repository import ensure_default_voice
+from triton_tts.ops.server import TritonServer, default_voice_server
 from triton_tts.text.normalize import normalize_english
 from triton_tts.text.phonemize import EspeakPhonemizer
-from triton_tts.voice import Voice
 
 log = logging.getLogger(__name__)
 

@@ -275,7 +275,7 @@ def running_gateway(
     import sys
     import tempfile
 
-    from triton_tts.server import free_port
+    from triton_tts.ops.server import free_port
 
     port = free_port()
     base = f"http://127.0.0.1:{port}"

@@ -1,4 +1,4 @@
-"""Admission by work (triton_tts/admission.py): the ledger's decisions on their own, then
+"""Admission by work (triton_tts/runtime/admission.py): the ledger's decisions on their own, then
 through real servers with tritonclient, the client library and the gateway.
 
 Outcomes, not wall-clock limits: a one-sentence flood below capacity is served whole;
@@ -26,7 +26,11 @@ from hypothesis import strategies as st
 from testkit.sample_texts import PARAGRAPH, SENTENCES
 from tests.helpers import metric_total, tts_inputs
 from tests.test_overload import flood
-from triton_tts.admission import (
+from triton_tts.build.model_configs import BuildOptions
+from triton_tts.client.tts_client import NO_RETRIES, RetryPolicy, ServerBusy, TTSClient, retry_hint
+from triton_tts.contract.voice import Voice
+from triton_tts.ops.server import TritonServer, default_voice_server
+from triton_tts.runtime.admission import (
     DEFAULT_CAPACITY,
     WINDOW_S,
     AdmissionSettings,
@@ -36,12 +40,8 @@ from triton_tts.admission import (
     busy_message,
     retry_after,
 )
-from triton_tts.client.tts_client import NO_RETRIES, RetryPolicy, ServerBusy, TTSClient, retry_hint
-from triton_tts.limits import RATE_TEXTS, calibrate
-from triton_tts.model_configs import BuildOptions
-from triton_tts.server import TritonServer, default_voice_server
+from triton_tts.runtime.limits import RATE_TEXTS, calibrate
 from triton_tts.text.reader import TextReader
-from triton_tts.voice import Voice
 
 # The fixture that starts this module's own server (tests/conftest.py marks its tests).
 SERVER_FIXTURES = {"tight"}
@@ -548,7 +548,7 @@ def test_the_gpu_check_reports_what_admission_takes_of_a_gpu() -> None:
 def test_stream_chunks_are_ordered_by_deadline() -> None:
     """First chunks first; then the less audio a listener has left, the sooner; texts (the
     default level, which BLS requests get) last, below a stream however far ahead."""
-    from triton_tts.admission import DEFAULT_PRIORITY, FIRST_CHUNK_PRIORITY, chunk_priority
+    from triton_tts.runtime.admission import DEFAULT_PRIORITY, FIRST_CHUNK_PRIORITY, chunk_priority
 
     levels = [chunk_priority(1, lead) for lead in (0.5, 2.0, 3.0, 6.0, 30.0)]
     assert chunk_priority(0, 30.0) == FIRST_CHUNK_PRIORITY < levels[0]
@@ -559,7 +559,7 @@ def test_stream_chunks_are_ordered_by_deadline() -> None:
 def test_a_burst_of_streams_gets_shorter_first_chunks(tmp_path: Path) -> None:
     """The more first chunks wait ahead, the shorter a new stream's (down to half), so a
     burst's last listener hears audio sooner; streams alone keep the plan's."""
-    from triton_tts.chunking import ChunkPlan, split_text
+    from triton_tts.runtime.chunking import ChunkPlan, split_text
 
     book = ledger(tmp_path)
     scales = []
@@ -586,7 +586,7 @@ def test_models_of_one_repository_share_a_ledger_by_default(tmp_path: Path) -> N
     """Without serve's folder, each Python model is told its own folder: tts, tts_stream and
     the xtts models of one repository must still find one ledger (a different repository
     its own)."""
-    from triton_tts.admission import default_directory
+    from triton_tts.runtime.admission import default_directory
 
     repository = tmp_path / "model_repository"
     folders = [repository / name for name in ("tts", "tts_stream", "xtts__clone")]

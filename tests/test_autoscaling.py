@@ -26,8 +26,8 @@ import yaml
 
 from tests.helpers import tts_inputs
 from tests.test_helm_chart import CHART, by_kind, render, required_tool
-from triton_tts.repository import STAGES
-from triton_tts.server import TritonServer
+from triton_tts.ops.repository import STAGES
+from triton_tts.ops.server import TritonServer
 
 NAMESPACE = "speech"  # test_helm_chart.render installs release "tts" here
 POD_TEMPLATE_HASH = "5d8f7c9b4"
@@ -544,7 +544,7 @@ def stage_regex(rules: Rules) -> re.Pattern[str]:
 
 
 def test_stage_selector_is_the_repository_stages(rules: Rules) -> None:
-    """The chart's list of stage models is the repository's (triton_tts.repository.STAGES)."""
+    """The chart's list of stage models is the repository's (triton_tts.ops.repository.STAGES)."""
     stages = stage_regex(rules)
     for stage in STAGES:
         assert stages.fullmatch(stage) and stages.fullmatch(stage + "__ljs")

@@ -15,9 +15,9 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.helpers import DETERMINISTIC, synthesize, tts_inputs
-from triton_tts.limits import TOO_LONG
-from triton_tts.server import TritonServer
-from triton_tts.validation import MAX_LONG_TEXT_CHARS
+from triton_tts.contract.validation import MAX_LONG_TEXT_CHARS
+from triton_tts.ops.server import TritonServer
+from triton_tts.runtime.limits import TOO_LONG
 
 pytestmark = pytest.mark.server  # its own servers (module fixtures)
 

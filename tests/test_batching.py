@@ -14,8 +14,8 @@ import pytest
 import tritonclient.http as httpclient
 
 from tests.helpers import DETERMINISTIC, model_counts, tts_inputs
-from triton_tts.model_configs import BuildOptions
-from triton_tts.server import TritonServer, default_voice_server
+from triton_tts.build.model_configs import BuildOptions
+from triton_tts.ops.server import TritonServer, default_voice_server
 
 pytestmark = pytest.mark.server  # its own servers (module fixtures)
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from triton_tts.server import TritonServer
+from triton_tts.ops.server import TritonServer
 
 
 def assert_stamped_report(json_path: Path) -> dict[str, Any]:
@@ -110,7 +110,7 @@ def test_streaming_harness_smoke(server: TritonServer, tmp_path: Path) -> None:
 def test_gateway_harness_smoke(server: TritonServer, tmp_path: Path) -> None:
     from benchmarks import gateway as harness
     from tests.helpers import running_gateway
-    from triton_tts.server import free_port
+    from triton_tts.ops.server import free_port
 
     out, riva_port = tmp_path / "gateway.json", free_port()
     with running_gateway(server.grpc_url, "--riva-port", str(riva_port)) as gateway:

@@ -24,12 +24,12 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.helpers import _status, tts_inputs, wait_until
-from triton_tts.limits import MAX_AUDIO_S, MAX_SILENCE_S, calibrate, check_audio
-from triton_tts.model_configs import VAD_MAX_FRAMES, parse
-from triton_tts.server import TritonServer, free_port
+from triton_tts.build.model_configs import VAD_MAX_FRAMES, parse
+from triton_tts.contract.validation import MAX_LONG_TEXT_CHARS, MIN_SPEED, InvalidRequest
+from triton_tts.ops.server import TritonServer, free_port
+from triton_tts.runtime.limits import MAX_AUDIO_S, MAX_SILENCE_S, calibrate, check_audio
 from triton_tts.text.normalize import normalize_english
 from triton_tts.text.ssml import MAX_DEPTH, read
-from triton_tts.validation import MAX_LONG_TEXT_CHARS, MIN_SPEED, InvalidRequest
 
 SERVER_FIXTURES = {"timed_gateway"}  # starts a gateway of its own (conftest)
 ROOT = Path(__file__).resolve().parent.parent

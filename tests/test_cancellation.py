@@ -19,8 +19,8 @@ from tritonclient.utils import InferenceServerException
 from testkit.sample_texts import PARAGRAPH
 from tests.helpers import model_counts, paragraph_chunks, synthesize, tts_inputs
 from tests.test_tts_metrics import delta, scrape, settle
-from triton_tts.metrics import REQUESTS
-from triton_tts.server import TritonServer
+from triton_tts.ops.server import TritonServer
+from triton_tts.runtime.metrics import REQUESTS
 
 LONG_TEXT = " ".join([PARAGRAPH] * 12)  # ~7,000 characters: minutes of speech
 LONG_TEXT_CHUNKS = paragraph_chunks(12)  # 21, worked out by hand (tests/helpers.py)
@@ -115,7 +115,7 @@ def test_the_requests_own_timeout_stops_its_chunks_over_http(server: TritonServe
 def test_triton_does_not_notice_an_http_client_that_goes_away(server: TritonServer, http) -> None:
     """Triton 2.51 marks no request cancelled when its HTTP client disconnects: the work
     runs to its end (so bound it with ``timeout``, or use gRPC). If this starts failing,
-    Triton learnt it: update triton_tts.bls.Cancellation's docstring."""
+    Triton learnt it: update triton_tts.runtime.bls.Cancellation's docstring."""
     text = " ".join([PARAGRAPH] * 2)
     start = settle(http, QUIET_S)
     impatient = httpclient.InferenceServerClient(server.http_url, network_timeout=1.0)

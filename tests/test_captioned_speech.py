@@ -27,7 +27,7 @@ from websockets.sync.connection import Connection
 
 from tests.test_gateway_ws import next_json, receive, ws_url
 from triton_tts.client import TTSClient, WordTime
-from triton_tts.server import TritonServer
+from triton_tts.ops.server import TritonServer
 
 TEXT = "On 3/4 the shop opens at 9:30. Call 555-0123 for the price, about $3.50!"
 WRITTEN = ["On", "3/4", "the", "shop", "opens", "at", "9:30.", "Call", "555-0123", "for", "the", "price,"]

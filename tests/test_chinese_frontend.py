@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from triton_tts.cli import main
+from triton_tts.contract.voice import Voice
 from triton_tts.text.chinese import normalize_chinese, pinyin
 from triton_tts.text.frontend import frontend_for, is_chinese
 from triton_tts.text.normalize import normalize_english
-from triton_tts.voice import Voice
 
 NORMALISED = [
     # quantities

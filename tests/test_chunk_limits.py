@@ -1,4 +1,4 @@
-"""Every chunk the API accepts fits the TensorRT profiles (triton_tts/limits.py).
+"""Every chunk the API accepts fits the TensorRT profiles (triton_tts/runtime/limits.py).
 
 The worst case is played offline with the real pieces: texts that are not calibration
 texts, chunked as ``tts`` chunks them at the slowest SPEED and noisiest NOISE_W, refused
@@ -19,16 +19,16 @@ from tritonclient.utils import InferenceServerException
 
 from tests.conftest import phoneme_ids
 from tests.helpers import tts_inputs
-from triton_tts import limits
-from triton_tts.batching import bucket_length
-from triton_tts.chunking import ChunkPlan, halves, split_text
+from triton_tts.build.model_configs import BuildOptions
+from triton_tts.contract.validation import MAX_NOISE, MAX_SPEED, MIN_SPEED
 from triton_tts.export import tensorrt
-from triton_tts.limits import CALIBRATION_TEXTS, TOO_LONG, ChunkLimits, chunk_scale, from_measurements
-from triton_tts.model_configs import BuildOptions
-from triton_tts.repository import build_repository
-from triton_tts.stages import AcousticRunner, RunFailed
+from triton_tts.ops.repository import build_repository
+from triton_tts.runtime import limits
+from triton_tts.runtime.batching import bucket_length
+from triton_tts.runtime.chunking import ChunkPlan, halves, split_text
+from triton_tts.runtime.limits import CALIBRATION_TEXTS, TOO_LONG, ChunkLimits, chunk_scale, from_measurements
+from triton_tts.runtime.stages import AcousticRunner, RunFailed
 from triton_tts.text.normalize import normalize_english
-from triton_tts.validation import MAX_NOISE, MAX_SPEED, MIN_SPEED
 
 pytestmark = pytest.mark.server  # its own servers (module fixtures)
 

@@ -1,4 +1,4 @@
-"""split_text's rules (triton_tts/chunking.py), each with expectations written by hand.
+"""split_text's rules (triton_tts/runtime/chunking.py), each with expectations written by hand.
 
 Most cases use ``SENTENCES``, a plan whose first chunk and other chunks hold at most 40
 characters, with texts whose sentences are 21 to 40 characters long: no sentence is cut
@@ -23,8 +23,8 @@ from tests.helpers import (
     paragraph_chunks,
     stream_paragraph_chunks,
 )
-from triton_tts.chunking import FIRST_CHUNK_CHARS, ChunkPlan, split_text
-from triton_tts.model_configs import BuildOptions
+from triton_tts.build.model_configs import BuildOptions
+from triton_tts.runtime.chunking import FIRST_CHUNK_CHARS, ChunkPlan, split_text
 from triton_tts.text.normalize import normalize_english
 
 SENTENCES = ChunkPlan(first_chars=40, max_chars=40)

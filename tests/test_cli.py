@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import soundfile as sf
 
-from triton_tts.server import TritonServer, free_port
+from triton_tts.ops.server import TritonServer, free_port
 
 CLI = [sys.executable, "-m", "triton_tts.cli"]
 
@@ -149,7 +149,8 @@ def test_expected_failures_end_in_one_line(tmp_path: Path, case: str) -> None:
 def test_bugs_keep_their_traceback_and_v_shows_expected_ones(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, voice_dir: Path
 ) -> None:
-    from triton_tts import cli, repository
+    from triton_tts import cli
+    from triton_tts.ops import repository
 
     def broken(*args: object, **kwargs: object) -> None:
         raise ZeroDivisionError("a bug")
@@ -250,8 +251,8 @@ KNOWN_BUILD_FLAGS = {
 
 
 def test_build_flags_are_the_build_options_with_their_bounds(capsys: pytest.CaptureFixture[str]) -> None:
+    from triton_tts.build.model_configs import BuildOptions
     from triton_tts.cli import build_options, build_parser
-    from triton_tts.model_configs import BuildOptions
 
     parser = build_parser()
     assert build_options(parser.parse_args(["build-repo"])) == BuildOptions()
@@ -280,7 +281,7 @@ def test_one_home_for_voices_with_or_without_make(tmp_path: Path, monkeypatch: p
     the per-user data folder a wheel install would use."""
     import os
 
-    from triton_tts import paths
+    from triton_tts.contract import paths
 
     root = Path(__file__).resolve().parent.parent
     monkeypatch.delenv("TRITON_TTS_HOME", raising=False)

@@ -28,8 +28,8 @@ import soundfile as sf
 
 from testkit.xtts_checkpoints import build_xtts, voiced_clip
 from tests.helpers import wait_until
-from triton_tts import paths
-from triton_tts.server import READY_TIMEOUT_S, free_port
+from triton_tts.contract import paths
+from triton_tts.ops.server import READY_TIMEOUT_S, free_port
 from triton_tts.xtts.card import XttsCard
 
 pytestmark = [pytest.mark.server, pytest.mark.export]  # its own servers; Coqui builds the checkpoint

@@ -82,7 +82,7 @@ def test_a_streams_errors_are_told_apart_by_their_code_tag() -> None:
     """In a gRPC stream an error response carries no status code, only the message."""
     busy = tts_client._stream_error(InferenceServerException(STREAMS_FULL), URL)
     assert isinstance(busy, ServerBusy) and "retry" in str(busy)
-    # tts_stream's own errors name their code (triton_tts/errors.py, CODE_TAG) ...
+    # tts_stream's own errors name their code (triton_tts/contract/errors.py, CODE_TAG) ...
     rejected = tts_client._stream_error(InferenceServerException("[INVALID_ARG] TEXT is empty"), URL)
     assert type(rejected) is RequestRejected and str(rejected) == "TEXT is empty"
     failed = tts_client._stream_error(InferenceServerException("[INTERNAL] synthesis failed: x"), URL)

@@ -20,13 +20,13 @@ from torch.nn import functional
 
 from testkit import coqui_checkpoints
 from testkit.coqui_reference import coqui_ids, coqui_waveform
-from triton_tts.batching import FRAME_MULTIPLE
+from triton_tts.contract.voice import ACOUSTIC_FILE, VOCODER_FILE, Voice
 from triton_tts.export.coqui import glow_tts
 from triton_tts.export.coqui.export import export_coqui
 from triton_tts.export.coqui.loading import Loaded, load
 from triton_tts.export.coqui.masks import pad_frames
 from triton_tts.export.coqui.mel_vocoder import MelConversion, MelVocoder, mel_vocoder
-from triton_tts.voice import ACOUSTIC_FILE, VOCODER_FILE, Voice
+from triton_tts.runtime.batching import FRAME_MULTIPLE
 
 pytestmark = pytest.mark.export  # builds and exports models
 

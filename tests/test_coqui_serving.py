@@ -22,7 +22,7 @@ from tests.helpers import DETERMINISTIC, export_random_coqui_voice, synthesize, 
 from triton_tts.cli import main as cli_main
 from triton_tts.client import TTSClient
 from triton_tts.export.coqui.loading import Loaded
-from triton_tts.server import TritonServer, default_voice_server
+from triton_tts.ops.server import TritonServer, default_voice_server
 
 pytestmark = pytest.mark.server  # its own servers (module fixtures)
 
@@ -207,7 +207,7 @@ def test_a_voice_without_padding_masks_leaves_no_unpadded_vocoder_behind(
 ) -> None:
     """The default voice's vocoder folder, rebuilt from a Coqui voice to the Piper voice:
     the Coqui vocoder's mask-free copy must not stay there to be run for the Piper voice."""
-    from triton_tts.repository import build_repository
+    from triton_tts.ops.repository import build_repository
 
     unpadded = tmp_path / "model_repository" / "vocoder" / "1" / "model_unpadded.onnx"
     build_repository([coqui_voices[0].folder], tmp_path / "model_repository")

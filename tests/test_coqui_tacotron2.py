@@ -31,13 +31,13 @@ import torch
 
 from testkit.coqui_checkpoints import _perturb, _tacotron2, build_tts, build_vocoder
 from testkit.coqui_reference import coqui_ids, coqui_waveform
-from triton_tts.batching import FRAME_MULTIPLE
+from triton_tts.contract.voice import VOCODER_FILE, Voice
 from triton_tts.export.coqui.export import export_coqui
 from triton_tts.export.coqui.loading import Loaded, load
 from triton_tts.export.coqui.tacotron2 import check_supported, export_stages
-from triton_tts.stages import RunFailed, StageSettings
-from triton_tts.tacotron import ONNX_FILES, PAD_PARAMETER, Tacotron2Runner
-from triton_tts.voice import VOCODER_FILE, Voice
+from triton_tts.runtime.batching import FRAME_MULTIPLE
+from triton_tts.runtime.stages import RunFailed, StageSettings
+from triton_tts.runtime.tacotron import ONNX_FILES, PAD_PARAMETER, Tacotron2Runner
 
 pytestmark = pytest.mark.export  # builds and exports models
 
@@ -172,7 +172,7 @@ def test_guard_cuts_an_item_that_never_stops(
     steps = 7
     max_steps.max_decoder_steps = steps
     ids = exported.ids(NEVER)
-    with caplog.at_level(logging.WARNING, logger="triton_tts.tacotron"):
+    with caplog.at_level(logging.WARNING, logger="triton_tts.runtime.tacotron"):
         mel = mel_of(exported.runner(max_steps=steps).run([ids], [np.zeros(3, np.float32)])[0])
     assert mel.shape[-1] == steps * max_steps.r
     assert "max_decoder_steps" in caplog.text

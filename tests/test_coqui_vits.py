@@ -18,12 +18,12 @@ import pytest
 
 from testkit.coqui_checkpoints import build_tts
 from testkit.coqui_reference import coqui_ids, coqui_waveform
+from triton_tts.contract.voice import Voice
 from triton_tts.export.coqui.export import export_coqui
 from triton_tts.export.coqui.loading import Loaded, load
-from triton_tts.intelligibility import GateThresholds
+from triton_tts.quality.intelligibility import GateThresholds
 from triton_tts.text.normalize import normalize_english
 from triton_tts.text.phonemize import EspeakPhonemizer
-from triton_tts.voice import Voice
 
 pytestmark = pytest.mark.export  # builds and exports models
 
@@ -169,8 +169,8 @@ def test_one_item_runs_use_the_mask_free_copy(vits: tuple[Loaded, Path]) -> None
     it for runs of one item (nothing to mask) and the masked graph for padded runs."""
     import onnx
 
-    from triton_tts.stages import VocoderRunner
-    from triton_tts.voice import VOCODER_FILE, VOCODER_UNPADDED_FILE
+    from triton_tts.contract.voice import VOCODER_FILE, VOCODER_UNPADDED_FILE
+    from triton_tts.runtime.stages import VocoderRunner
 
     loaded, folder = vits
     ops = [

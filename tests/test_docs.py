@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import running_gateway
-from triton_tts.server import TritonServer
+from triton_tts.ops.server import TritonServer
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
-# A path in backticks that names a file of this repository, e.g. `triton_tts/limits.py`.
+# A path in backticks that names a file of this repository, e.g. `triton_tts/runtime/limits.py`.
 FOLDERS = "triton_tts|client|export_scripts|model_repository|benchmarks|helm|tests|scripts"
 REPO_PATH = re.compile(rf"`((?:{FOLDERS})/[^`\s]*)`")
 

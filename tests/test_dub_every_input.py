@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from tests.test_gateway import error_of, logged_gateway
-from triton_tts.server import TritonServer
+from triton_tts.ops.server import TritonServer
 
 TIMEOUT_S = 120  # a bound for a hang, not a claim about speed
 EXAMPLES = settings(

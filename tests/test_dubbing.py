@@ -29,7 +29,7 @@ from triton_tts.cli import main as cli_main
 from triton_tts.client import RequestRejected, SynthesisResult, TTSClient
 from triton_tts.client.dubbing import STATUSES, Dubber
 from triton_tts.client.subtitles import Cue, SubtitleError, parse_subtitles, read_cues
-from triton_tts.server import TritonServer
+from triton_tts.ops.server import TritonServer
 
 FRAME = 0.020
 
@@ -407,9 +407,9 @@ def original(
 def test_the_vad_model_is_silero_s_own_graph_with_a_config_per_variant(server: TritonServer) -> None:
     import zipfile
 
-    from triton_tts.model_configs import parse
-    from triton_tts.paths import data_home
-    from triton_tts.vad_graph import MEMBER
+    from triton_tts.build.model_configs import parse
+    from triton_tts.build.vad_graph import MEMBER
+    from triton_tts.contract.paths import data_home
 
     repo = Path(server.model_repository)
     (wheel,) = (data_home() / ".wheelhouse" / "vad").glob("silero_vad-*.whl")

@@ -31,7 +31,7 @@ from tritonclient.utils import InferenceServerException
 
 from triton_tts.client import TTSError
 from triton_tts.client.errors import STREAM_CODE
-from triton_tts.server import TritonServer
+from triton_tts.ops.server import TritonServer
 
 TIMEOUT_S = 60  # a bound for a hang, not a claim about speed
 EXAMPLES = settings(

@@ -9,8 +9,8 @@ import onnx
 import onnxruntime as ort
 import pytest
 
+from triton_tts.contract.voice import ACOUSTIC_FILE, VOCODER_FILE, Voice
 from triton_tts.export.piper import bundled_joe_paths, export_piper_voice, verify_split
-from triton_tts.voice import ACOUSTIC_FILE, VOCODER_FILE, Voice
 
 
 @pytest.fixture(scope="module")

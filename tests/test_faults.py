@@ -26,10 +26,10 @@ from tests.helpers import (
     stream_raw,
     wait_until,
 )
-from triton_tts.metrics import REQUESTS
-from triton_tts.repository import build_repository
-from triton_tts.server import TritonServer, free_port
-from triton_tts.voice import ACOUSTIC_FILE
+from triton_tts.contract.voice import ACOUSTIC_FILE
+from triton_tts.ops.repository import build_repository
+from triton_tts.ops.server import TritonServer, free_port
+from triton_tts.runtime.metrics import REQUESTS
 
 pytestmark = pytest.mark.server  # its own servers (module fixtures)
 

@@ -16,11 +16,11 @@ import tritonclient.grpc as grpcclient
 
 from testkit.sample_texts import PARAGRAPH
 from tests.helpers import metric_total, shutdown_problems, tts_inputs
-from triton_tts import internal
+from triton_tts.build.model_configs import BuildOptions
 from triton_tts.client import TTSClient
-from triton_tts.loopback import Loopback, LoopbackFailed, Unreachable
-from triton_tts.model_configs import BuildOptions
-from triton_tts.server import TritonServer, default_voice_server, free_port
+from triton_tts.ops.server import TritonServer, default_voice_server, free_port
+from triton_tts.runtime import internal
+from triton_tts.runtime.loopback import Loopback, LoopbackFailed, Unreachable
 
 pytestmark = pytest.mark.server  # its own servers (module fixtures)
 
@@ -77,7 +77,7 @@ def test_a_streams_first_chunk_overtakes_chunks_queued_before_it(server: TritonS
 def test_the_loopback_sends_to_this_server_and_reports_its_errors(
     server: TritonServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # the loopback carries the models' token, as inside the server (triton_tts/internal.py)
+    # the loopback carries the models' token, as inside the server (triton_tts/runtime/internal.py)
     monkeypatch.setenv(internal.TOKEN_ENV, server.internal_parameters()[internal.PARAMETER])
     loopback = Loopback(server.grpc_url, priority=1)
     audio, rate, words, times = loopback.synthesize("tts_chunk", "Hello there.", [], "loopback-test/0")
@@ -97,7 +97,7 @@ def test_the_loopback_sends_to_this_server_and_reports_its_errors(
 def test_first_chunks_go_by_bls_when_the_endpoint_does_not_answer(voice_dir: Path, tmp_path: Path) -> None:
     """Models told an endpoint where nothing listens still stream: first chunks go by BLS,
     without the priority, and the log says why (once a minute, not once a stream)."""
-    from triton_tts.repository import build_repository
+    from triton_tts.ops.repository import build_repository
 
     repo = build_repository(voice_dir, tmp_path / "repo")
     log = tmp_path / "tritonserver.log"

@@ -38,12 +38,12 @@ import pytest
 import tritonclient.http as httpclient
 
 from tests.helpers import tts_inputs
+from triton_tts.contract.voice import PIPER_PHONEMES, Voice
 from triton_tts.export.piper import bundled_joe_paths
-from triton_tts.server import TritonServer
+from triton_tts.ops.server import TritonServer
 from triton_tts.text import normalize
 from triton_tts.text.normalize import normalize_english
 from triton_tts.text.phonemize import EspeakPhonemizer
-from triton_tts.voice import PIPER_PHONEMES, Voice
 
 pytestmark = pytest.mark.server  # its own servers (module fixtures)
 

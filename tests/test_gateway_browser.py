@@ -21,10 +21,10 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from testkit.sample_texts import PARAGRAPH
 from tests.helpers import running_gateway, stream_paragraph_chunks
+from triton_tts.contract.validation import MAX_SPEED, MIN_SPEED
+from triton_tts.contract.voice import Voice
 from triton_tts.gateway.command import API_KEY_ENV
-from triton_tts.server import TritonServer
-from triton_tts.validation import MAX_SPEED, MIN_SPEED
-from triton_tts.voice import Voice
+from triton_tts.ops.server import TritonServer
 
 CHROMIUM = shutil.which("chromium")
 pytestmark = [

@@ -22,7 +22,7 @@ from websockets.sync.connection import Connection
 from tests.helpers import metric_total
 from tests.test_gateway import error_of, logged_gateway, post
 from triton_tts.gateway.schemas import MODEL_IDS
-from triton_tts.server import TritonServer
+from triton_tts.ops.server import TritonServer
 
 FUZZ = settings(
     deadline=None,

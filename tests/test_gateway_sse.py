@@ -32,8 +32,8 @@ from tests.test_gateway import (
     sdk,
 )
 from triton_tts.gateway import audio
-from triton_tts.intelligibility import transcribe, word_error_rate
-from triton_tts.server import TritonServer, requests_in_flight
+from triton_tts.ops.server import TritonServer, requests_in_flight
+from triton_tts.quality.intelligibility import transcribe, word_error_rate
 
 pytestmark = pytest.mark.server  # one test starts its own gateway
 

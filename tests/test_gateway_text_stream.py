@@ -26,8 +26,8 @@ from tests.test_gateway_ws import (
     receive,
     ws_url,
 )
-from triton_tts.intelligibility import transcribe, word_error_rate
-from triton_tts.server import TritonServer
+from triton_tts.ops.server import TritonServer
+from triton_tts.quality.intelligibility import transcribe, word_error_rate
 
 TEXT = (
     "Dr. Patel reviewed the results on Monday. The error rate fell to 3.5 percent, which was "

@@ -91,7 +91,7 @@ def test_defaults_run_on_a_gpu_with_probes_and_graceful_stop(helm: Path) -> None
     assert container["resources"]["requests"]["nvidia.com/gpu"] == "1"
     assert "--model-config-name=gpu" in container["args"]
     assert "--model-repository=/models/repository" in container["args"]
-    # `triton-tts serve` starts tritonserver with --strict-readiness (triton_tts/server.py)
+    # `triton-tts serve` starts tritonserver with --strict-readiness (triton_tts/ops/server.py)
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"http": 8000, "grpc": 8001, "metrics": 8002, "health": 8003}
     # the watchdog's health port: ready only with every Python-backend instance alive
@@ -261,8 +261,8 @@ def schema_of(option: Field[Any]) -> dict[str, Any]:
 
 def test_chart_build_values_are_the_build_options() -> None:
     """values.yaml's build.* and the schema's are BuildOptions' options, each at its default
-    and with its bounds (one owner: triton_tts/model_configs.py); nothing more, nothing less."""
-    from triton_tts.model_configs import build_option_fields
+    and with its bounds (one owner: triton_tts/build/model_configs.py); nothing more, nothing less."""
+    from triton_tts.build.model_configs import build_option_fields
 
     options = {chart_key(option.name): option for option in build_option_fields()}
     values = yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8"))["build"]
@@ -283,8 +283,8 @@ def test_chart_build_values_are_the_build_options() -> None:
 def test_the_charts_build_command_is_the_clis_and_its_defaults_are_the_products(helm: Path) -> None:
     """The init container's build-repo line parses with the real CLI, and with the chart's
     default values it builds exactly the default BuildOptions."""
+    from triton_tts.build.model_configs import BuildOptions
     from triton_tts.cli import build_options, build_parser
-    from triton_tts.model_configs import BuildOptions
 
     assert build_options(build_parser().parse_args(build_line(render(helm)))) == BuildOptions()
 
@@ -304,8 +304,8 @@ def other_allowed(pattern: str, default: str) -> str:
 def test_every_chart_build_value_reaches_the_build(helm: Path, tmp_path: Path) -> None:
     """Each value set away from its default arrives as that value (flag names, lists, big
     numbers: Helm reads numbers as floats, and 3e+07 would not parse)."""
+    from triton_tts.build.model_configs import build_option_fields
     from triton_tts.cli import build_options, build_parser
-    from triton_tts.model_configs import build_option_fields
 
     changed: dict[str, Any] = {}
     for option in build_option_fields():
@@ -493,7 +493,7 @@ def gateway_series() -> tuple[set[str], set[str]]:
 
 
 def test_grafana_dashboard_reads_only_series_that_exist(helm: Path, tmp_path: Path) -> None:
-    from triton_tts.metrics import FAMILIES
+    from triton_tts.runtime.metrics import FAMILIES
 
     assert not [d for d in render(helm) if d["kind"] == "ConfigMap"]  # off by default
     docs = render(helm, "-f", str(CHART / "ci" / "full-gpu-pool-values.yaml"))

@@ -28,8 +28,8 @@ import tritonclient.http as httpclient
 from packaging.requirements import Requirement
 
 from tests.helpers import tts_inputs
-from triton_tts.intelligibility import transcribe, word_error_rate
-from triton_tts.server import free_port
+from triton_tts.ops.server import free_port
+from triton_tts.quality.intelligibility import transcribe, word_error_rate
 
 ROOT = Path(__file__).resolve().parent.parent
 WHEELHOUSE = ROOT / ".wheelhouse" / "py312"
@@ -132,7 +132,7 @@ def test_the_installed_package_is_whole_and_finds_its_data(image_install: Path, 
     probe = (
         "import json, pathlib, triton_tts, triton_tts.client, triton_tts.export.piper\n"
         "import triton_tts.gateway.app\n"
-        "from triton_tts import paths\n"
+        "from triton_tts.contract import paths\n"
         "(folder,) = triton_tts.__path__  # a namespace package: in the wheel, one folder\n"
         "package = pathlib.Path(folder)\n"
         "links = [str(p) for p in package.rglob('*') if p.is_symlink()]\n"
@@ -175,7 +175,7 @@ def test_plain_pip_install_of_the_source_tree(image_install: Path, tmp_path: Pat
         assert (package / relative).is_file() and not (package / relative).is_symlink(), relative
     probe = (
         "import triton_tts.client, triton_tts.export.piper\n"
-        "from triton_tts import paths\n"
+        "from triton_tts.contract import paths\n"
         "print(triton_tts.client.__file__, triton_tts.export.piper.__file__, paths.repository_template())"
     )
     env = {key: value for key, value in os.environ.items() if key != "TRITON_TTS_REPOSITORY_TEMPLATE"}

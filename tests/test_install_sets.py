@@ -26,7 +26,7 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 from tests.test_image_install import IMAGE_PYTHON, IMAGE_REQUIREMENTS, canonical, committed_tree, pinned, run
-from triton_tts.server import TritonServer
+from triton_tts.ops.server import TritonServer
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCK = ROOT / "requirements" / "lock.txt"

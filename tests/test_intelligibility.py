@@ -8,9 +8,9 @@ import pytest
 
 from tests.conftest import phoneme_ids
 from tests.helpers import synthesize
-from triton_tts.intelligibility import transcribe, word_error_rate
+from triton_tts.contract.voice import Voice
+from triton_tts.quality.intelligibility import transcribe, word_error_rate
 from triton_tts.text.phonemize import EspeakPhonemizer
-from triton_tts.voice import Voice
 
 SENTENCES = [
     "Please call me back when you get home.",

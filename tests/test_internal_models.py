@@ -1,7 +1,8 @@
 """The stage models trust no caller: direct calls to preprocess, acoustic, vocoder and
 postprocess are held to the front door's bounds, each bad request refused on its own.
 
-The checks themselves (triton_tts.validation, triton_tts.stage_bounds.StageBounds) first, then
+The checks themselves (triton_tts.contract.validation,
+triton_tts.runtime.stage_bounds.StageBounds) first, then
 through the real server: direct calls with a batch of 2, SCALES past what SPEED allows,
 ids outside the voice's table or budget, latents past the frame budget, sent at the same
 time as good direct calls and whole texts, which must all succeed.
@@ -20,9 +21,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.helpers import DETERMINISTIC, synthesize
-from triton_tts.limits import MAX_CHUNK_IDS, TOO_LONG
-from triton_tts.server import TritonServer
-from triton_tts.validation import (
+from triton_tts.contract.validation import (
     MAX_NOISE,
     MAX_SPEED,
     MIN_SPEED,
@@ -32,7 +31,9 @@ from triton_tts.validation import (
     check_scales,
     one_item,
 )
-from triton_tts.voice import Voice
+from triton_tts.contract.voice import Voice
+from triton_tts.ops.server import TritonServer
+from triton_tts.runtime.limits import MAX_CHUNK_IDS, TOO_LONG
 
 pytestmark = pytest.mark.server  # its own servers (module fixtures)
 
@@ -169,7 +170,7 @@ def _calls(voice: Voice) -> list[Call]:
         Call("postprocess", {**post, "WORD_INDEX": words}, "WORD_INDEX needs DURATIONS"),
         Call("postprocess", {**post, "DURATIONS": durations, "WORD_INDEX": words + 9}, "WORD_INDEX holds"),
         # Without the token, good calls are refused before any work, whatever priority they
-        # ask for: the first-chunk level (1) included (triton_tts/internal.py).
+        # ask for: the first-chunk level (1) included (triton_tts/runtime/internal.py).
         Call("acoustic", _acoustic(ids, plain), "internal model", inside=False, priority=1),
         Call("vocoder", {"LATENT": latent}, "internal model", inside=False, priority=1),
         Call(

@@ -33,7 +33,7 @@ from tritonclient.utils import InferenceServerException
 from tests.helpers import tts_inputs, wait_until
 from tests.test_lifecycle import Serve
 from triton_tts.client import TTSClient, Unauthorized, auth_headers
-from triton_tts.server import free_port, key_headers
+from triton_tts.ops.server import free_port, key_headers
 
 pytestmark = pytest.mark.server  # its own servers (module fixtures)
 
@@ -112,7 +112,7 @@ def test_the_client_library_carries_the_key_and_first_chunks_keep_their_path(
     keyed: tuple[Serve, int],
 ) -> None:
     """A stream's first chunk goes back to Triton's gRPC port with a priority (the
-    loopback, triton_tts/loopback.py): it carries the key, or chunks fall back to BLS
+    loopback, triton_tts/runtime/loopback.py): it carries the key, or chunks fall back to BLS
     without priority and the log says so."""
     serve, _ = keyed
     with TTSClient(f"localhost:{serve.grpc_port}", "grpc", api_key=API_KEYS[0]) as client:
@@ -307,7 +307,7 @@ def test_what_serve_makes_is_private_to_its_user(keyed: tuple[Serve, int]) -> No
     own, so the machine's holds none of the run's), not the environment of tritonserver or
     a stub; and the internal token is in nothing that user can read. The same probe run
     as serve's own user opens them all (the refusals are the permissions', not the probe's)."""
-    from triton_tts.watchdog import stub_instances
+    from triton_tts.ops.watchdog import stub_instances
 
     serve, _ = keyed
     triton = tritonserver_pid(serve)
@@ -338,11 +338,11 @@ def cmdline_of(pid: int) -> list[str]:
 
 
 def test_a_user_without_root_gets_a_private_shm_too() -> None:
-    """What serve does for tritonserver (triton_tts.server._dies_with_parent), done for a
+    """What serve does for tritonserver (triton_tts.ops.server._dies_with_parent), done for a
     process of another, unprivileged user: its region, made 0644 as the Python backend
     makes them, lands in a /dev/shm of its own (a user namespace maps the user to itself),
     not in the machine's, and its files are 0600 (umask 077)."""
-    from triton_tts.server import _dies_with_parent
+    from triton_tts.ops.server import _dies_with_parent
 
     name = f"triton_tts_probe_{uuid.uuid4().hex}"
     written = Path("/tmp") / name  # a folder the other user may write in

@@ -24,10 +24,10 @@ from openai import OpenAI
 from tests.helpers import assert_says_as_long, running_gateway, shutdown_problems
 from triton_tts.client import TTSClient
 from triton_tts.client.errors import RequestRejected
-from triton_tts.repository import build_repository
-from triton_tts.server import TritonServer, free_port
-from triton_tts.styles import STYLES_FILE, is_mix, parse_mix
-from triton_tts.validation import InvalidRequest
+from triton_tts.contract.styles import STYLES_FILE, is_mix, parse_mix
+from triton_tts.contract.validation import InvalidRequest
+from triton_tts.ops.repository import build_repository
+from triton_tts.ops.server import TritonServer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ROOT / ".wheelhouse" / "kokoro"
@@ -199,7 +199,7 @@ def gateway(server: TritonServer) -> Iterator[str]:
 
 
 def _heard(audio: npt.NDArray[np.float32], rate: int) -> str:
-    from triton_tts.intelligibility import transcribe
+    from triton_tts.quality.intelligibility import transcribe
 
     return transcribe(audio, rate)
 

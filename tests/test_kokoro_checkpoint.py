@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from triton_tts.stages import AcousticRunner, RunFailed, VocoderRunner
-from triton_tts.styles import StyleTable
-from triton_tts.voice import ACOUSTIC_FILE, VOCODER_FILE, Voice
+from triton_tts.contract.styles import StyleTable
+from triton_tts.contract.voice import ACOUSTIC_FILE, VOCODER_FILE, Voice
+from triton_tts.runtime.stages import AcousticRunner, RunFailed, VocoderRunner
 
 pytestmark = pytest.mark.export  # builds and exports a model with torch
 

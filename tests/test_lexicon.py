@@ -20,15 +20,15 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.helpers import timed_words, tts_inputs
-from triton_tts import paths
-from triton_tts.build_options import BuildOptions
-from triton_tts.intelligibility import transcribe
-from triton_tts.server import TritonServer, default_voice_server
+from triton_tts.build.build_options import BuildOptions
+from triton_tts.contract import paths
+from triton_tts.contract.validation import InvalidRequest
+from triton_tts.contract.voice import Voice
+from triton_tts.ops.server import TritonServer, default_voice_server
+from triton_tts.quality.intelligibility import transcribe
 from triton_tts.text.phonemize import espeak
 from triton_tts.text.pronounce import Lexicon, load_lexicon, mark, parse_lexicon
 from triton_tts.text.reader import TextReader
-from triton_tts.validation import InvalidRequest
-from triton_tts.voice import Voice
 
 POTATO = espeak("en-us").symbols(["potato"], "piper-phonemes")[0]  # what espeak says for it
 

@@ -36,9 +36,9 @@ from tests.helpers import (
     tts_inputs,
     wait_until,
 )
-from triton_tts.model_configs import parse
-from triton_tts.server import READY_TIMEOUT_S, TritonServer, free_port
-from triton_tts.watchdog import ADMIN_HEADER
+from triton_tts.build.model_configs import parse
+from triton_tts.ops.server import READY_TIMEOUT_S, TritonServer, free_port
+from triton_tts.ops.watchdog import ADMIN_HEADER
 
 pytestmark = pytest.mark.server  # its own servers (module fixtures)
 
@@ -252,7 +252,7 @@ def test_requests_in_flight_at_a_stop_signal_complete(
     assert "stopping tritonserver" in output and "Signal (2) received" in output
     problems = shutdown_problems(returncode, output)
     assert returncode == 0 and not problems, problems
-    # serve drains first (triton_tts.server.drain): Triton's own stop would refuse the
+    # serve drains first (triton_tts.ops.server.drain): Triton's own stop would refuse the
     # later chunks ("Server is stopping")
     errors = [error.message() for _, error in responses + whole if error is not None]
     assert not errors, (errors, output[-2500:])
@@ -344,7 +344,7 @@ def test_refused_streams_leave_nothing_to_hold_the_exit(voice_dir: Path, tmp_pat
     from concurrent.futures import ThreadPoolExecutor
 
     from triton_tts.client import AsyncTTSClient, TTSClient, TTSError
-    from triton_tts.server import default_voice_server
+    from triton_tts.ops.server import default_voice_server
 
     texts = ["Said in full.", "... ,,, !!!", "." * 50, "?! -- ;;"] * 4
     log = tmp_path / "tritonserver.log"

@@ -19,7 +19,7 @@ from livekit.plugins import openai as lk_openai
 
 from tests.test_gateway import TEXT
 from tests.test_gateway_sse import MAX_WER
-from triton_tts.intelligibility import transcribe, word_error_rate
+from triton_tts.quality.intelligibility import transcribe, word_error_rate
 
 RATE = 24_000  # the plugin's, and OpenAI's pcm
 NO_RETRY = APIConnectOptions(max_retry=0)  # a failure fails the test, not a silent second try

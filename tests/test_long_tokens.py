@@ -22,15 +22,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import assert_says_as_long, shutdown_problems, stream_raw, tts_inputs
-from triton_tts import paths
-from triton_tts.chunking import FIRST_CHUNK_CHARS, ChunkPlan, cut_word, halves, split_text
-from triton_tts.model_configs import BuildOptions
-from triton_tts.server import TritonServer, default_voice_server
+from triton_tts.build.model_configs import BuildOptions
+from triton_tts.contract import paths
+from triton_tts.contract.validation import MAX_TEXT_CHARS
+from triton_tts.ops.server import TritonServer, default_voice_server
+from triton_tts.runtime.chunking import FIRST_CHUNK_CHARS, ChunkPlan, cut_word, halves, split_text
 from triton_tts.text.chinese import normalize_chinese, pinyin
 from triton_tts.text.english_numbers import MAX_SPOKEN_DIGITS
 from triton_tts.text.han import han_characters
 from triton_tts.text.normalize import normalize_english
-from triton_tts.validation import MAX_TEXT_CHARS
 
 # The tester's input: 119 comma-joined numbers, once one 1,024-character word.
 NUMBER_LIST = ",".join(str(i) for i in range(1, 120))

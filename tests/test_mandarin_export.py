@@ -19,9 +19,9 @@ import onnx
 import onnxruntime as ort
 import pytest
 
+from triton_tts.contract.voice import ACOUSTIC_FILE, VOCODER_FILE, Voice
 from triton_tts.export import mandarin as exporter
-from triton_tts.intelligibility import snr_db
-from triton_tts.voice import ACOUSTIC_FILE, VOCODER_FILE, Voice
+from triton_tts.quality.intelligibility import snr_db
 
 pytestmark = pytest.mark.export  # builds and exports models
 

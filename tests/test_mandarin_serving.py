@@ -16,13 +16,13 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.helpers import assert_says_as_long, shutdown_problems, stream_raw, tts_inputs
-from triton_tts import paths
-from triton_tts.build_options import BuildOptions
-from triton_tts.model_configs import VOICE_SEPARATOR
-from triton_tts.server import TritonServer, default_voice_server
+from triton_tts.build.build_options import BuildOptions
+from triton_tts.build.model_configs import VOICE_SEPARATOR
+from triton_tts.contract import paths
+from triton_tts.contract.voice import Voice
+from triton_tts.ops.server import TritonServer, default_voice_server
 from triton_tts.text.pronounce import parse_lexicon
 from triton_tts.text.reader import TextReader
-from triton_tts.voice import Voice
 
 pytestmark = pytest.mark.server  # its own servers (module fixtures)
 
@@ -194,7 +194,7 @@ MAX_CER = 0.20
 
 
 def test_a_mandarin_recogniser_understands_it(zh_http, zh_server: TritonServer) -> None:
-    from triton_tts.intelligibility import mandarin_cer, transcribe_mandarin
+    from triton_tts.quality.intelligibility import mandarin_cer, transcribe_mandarin
 
     heard = [transcribe_mandarin(speak(zh_http, text), 24000) for text in HEARD]
     cer = mandarin_cer(HEARD, heard)
@@ -222,7 +222,7 @@ def test_the_openai_sdk_speaks_chinese_through_the_gateway(zh_server: TritonServ
     import soundfile as sf
 
     from tests.helpers import running_gateway
-    from triton_tts.intelligibility import mandarin_cer, transcribe_mandarin
+    from triton_tts.quality.intelligibility import mandarin_cer, transcribe_mandarin
 
     texts = HEARD[:4]
     with running_gateway(zh_server.grpc_url) as base:
@@ -302,7 +302,7 @@ def test_a_stream_times_every_character_across_its_chunks(zh_server: TritonServe
 
 
 def test_timestamps_agree_with_whispers_word_timestamps(zh_server: TritonServer) -> None:
-    from triton_tts.intelligibility import mandarin_word_starts
+    from triton_tts.quality.intelligibility import mandarin_word_starts
 
     offsets = []
     with grpcclient.InferenceServerClient(zh_server.grpc_url) as client:
@@ -378,7 +378,7 @@ def test_pinyin_on_an_ipa_voice_is_refused(zh_server: TritonServer) -> None:
 def test_a_pinyin_lexicon_the_voice_cannot_say_stops_the_build(
     voice_dir: Path, baker_dir: Path, tmp_path: Path
 ) -> None:
-    from triton_tts.repository import build_repository
+    from triton_tts.ops.repository import build_repository
 
     unknown = parse_lexicon("猫\tqx1\n", "zh", "cats.tsv")
     with pytest.raises(ValueError, match=r"cats\.tsv: '猫'.*'qx1'"):

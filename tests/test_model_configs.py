@@ -15,9 +15,9 @@ import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
 from tests.helpers import dims_compatible
-from triton_tts import model_configs
-from triton_tts.model_configs import GPU_VARIANTS, BuildOptions, VoiceModels, parse
-from triton_tts.paths import repository_template
+from triton_tts.build import model_configs
+from triton_tts.build.model_configs import GPU_VARIANTS, BuildOptions, VoiceModels, parse
+from triton_tts.contract.paths import repository_template
 
 VARIANTS = ("cpu", *GPU_VARIANTS)
 

@@ -39,14 +39,14 @@ from onnx import TensorProto
 from tritonclient.grpc import model_config_pb2 as mc
 
 from tests.helpers import DETERMINISTIC, dims_compatible, export_random_coqui_voice
-from triton_tts.batching import FRAME_MULTIPLE
+from triton_tts.build.model_configs import GPU_VARIANTS, VOICE_SEPARATOR, parse
 from triton_tts.client.voices import VoiceInfo
+from triton_tts.contract.voice import Voice
 from triton_tts.export import tensorrt
-from triton_tts.model_configs import GPU_VARIANTS, VOICE_SEPARATOR, parse
-from triton_tts.onnx_session import cpu_session
-from triton_tts.repository import build_repository
-from triton_tts.tacotron import PAD_PARAMETER
-from triton_tts.voice import Voice
+from triton_tts.ops.repository import build_repository
+from triton_tts.runtime.batching import FRAME_MULTIPLE
+from triton_tts.runtime.onnx_session import cpu_session
+from triton_tts.runtime.tacotron import PAD_PARAMETER
 
 pytestmark = pytest.mark.server  # its own servers (module fixtures)
 
@@ -264,7 +264,11 @@ def test_native_configs_match_their_graphs(repository: Path, served: VoiceUnderT
 
 PB_UTILS = "triton_python_backend_utils"
 # Modules that bind it at module level, imported afresh under the stand-in.
-BINDS_PB_UTILS = ("triton_tts.request_options", "triton_tts.errors", "triton_tts.bls")
+BINDS_PB_UTILS = (
+    "triton_tts.runtime.request_options",
+    "triton_tts.contract.errors",
+    "triton_tts.runtime.bls",
+)
 
 
 class _Tensor:

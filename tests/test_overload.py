@@ -27,11 +27,11 @@ from tritonclient.utils import InferenceServerException
 
 from testkit.sample_texts import PARAGRAPH, SENTENCES
 from tests.helpers import gateway_outcomes, metric_total, running_gateway, tts_inputs
-from triton_tts import model_configs
+from triton_tts.build import model_configs
+from triton_tts.build.model_configs import BuildOptions, parse
 from triton_tts.client.tts_client import AsyncTTSClient, RetryPolicy, ServerBusy, TTSClient
-from triton_tts.model_configs import BuildOptions, parse
-from triton_tts.repository import build_repository
-from triton_tts.server import TritonServer, free_port
+from triton_tts.ops.repository import build_repository
+from triton_tts.ops.server import TritonServer, free_port
 
 pytestmark = pytest.mark.server  # its own servers (module fixtures)
 
@@ -197,7 +197,7 @@ def test_tts_stream_refuses_beyond_its_streams_at_once(tiny: TritonServer) -> No
     first_still_going = first.is_alive()
     first.join()
     assert chunks == 0 and first_still_going, errors
-    # a stream's error names its code (triton_tts/errors.py, CODE_TAG)
+    # a stream's error names its code (triton_tts/contract/errors.py, CODE_TAG)
     assert len(errors) == 1 and errors[0].startswith("[UNAVAILABLE] server busy") and "retry" in errors[0]
     with TTSClient(tiny.grpc_url, "grpc", retry=PATIENT) as client:  # free again (the count drops
         assert len(list(client.stream(SENTENCES[0]))) == 1  # just after the final flag)

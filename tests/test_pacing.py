@@ -1,4 +1,4 @@
-"""The pacer's arithmetic (triton_tts.pacing) on a clock the test moves; the paced server
+"""The pacer's arithmetic (triton_tts.runtime.pacing) on a clock the test moves; the paced server
 itself is in tests/test_first_audio.py, and the listener model of the benchmark here too."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.first_audio import listener_gaps
-from triton_tts.pacing import CHECK_EVERY_S, Pacer, released_by_file
+from triton_tts.runtime.pacing import CHECK_EVERY_S, Pacer, released_by_file
 
 
 class Clock:
@@ -103,7 +103,7 @@ def test_the_benchmarks_listener_hears_gaps_only_when_a_chunk_comes_late() -> No
 def test_a_lead_is_built_only_while_no_first_chunk_waits() -> None:
     """Another stream's first chunk waiting holds a stream with audio to spare (earliest
     deadline first), down to HOLD_FLOOR_S of audio left; below it, the chunk goes."""
-    from triton_tts.pacing import HOLD_FLOOR_S
+    from triton_tts.runtime.pacing import HOLD_FLOOR_S
 
     clock = Clock()
     waiting = {"first chunks": True}

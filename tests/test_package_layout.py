@@ -155,7 +155,12 @@ def test_serving_imports_no_export_code() -> None:
     models' runners, the CLI, the client) imports torch, coqui-tts or the export code when
     it is imported; the export commands import it when they run."""
     graph, serving = _serving()
-    assert {"triton_tts.server", "triton_tts.stages", "triton_tts.bls", "triton_tts.cli"} <= set(serving)
+    assert {
+        "triton_tts.ops.server",
+        "triton_tts.runtime.stages",
+        "triton_tts.runtime.bls",
+        "triton_tts.cli",
+    } <= set(serving)
     for module in serving:
         assert not [n for n in loaded_at_import(graph, module) if within(n, *EXPORT_ONLY)], module
 
@@ -166,7 +171,7 @@ def test_serving_loads_no_export_dependency() -> None:
     third-party library would pull in)."""
     graph, serving = _serving()
     importable = [m for m in serving if PB_UTILS not in loaded_at_import(graph, m)]
-    assert {"triton_tts.server", "triton_tts.stages", "triton_tts.cli"} <= set(importable)
+    assert {"triton_tts.ops.server", "triton_tts.runtime.stages", "triton_tts.cli"} <= set(importable)
     probe = textwrap.dedent(
         f"""
         import importlib, json, sys

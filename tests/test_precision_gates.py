@@ -22,12 +22,13 @@ import torch
 
 from testkit import hifigan_v1
 from testkit.coqui_checkpoints import Checkpoint
+from triton_tts.contract.voice import VOCODER_FILE
 from triton_tts.export.coqui.precision import half_precision
 from triton_tts.export.precision_gate import Reference, gate_vocoder, reference_from_latents
 from triton_tts.export.quantize import CALIBRATION_TEXTS, quantize_vocoder
 from triton_tts.export.voice_runs import Waveforms, latents, run_vocoder
-from triton_tts.gate_texts import GATE_TEXTS, spoken
-from triton_tts.intelligibility import (
+from triton_tts.quality.gate_texts import GATE_TEXTS, spoken
+from triton_tts.quality.intelligibility import (
     MAX_FP32_WER,
     MIN_SNR_DB,
     GateThresholds,
@@ -35,7 +36,6 @@ from triton_tts.intelligibility import (
     snr_db,
     word_error_rate,
 )
-from triton_tts.voice import VOCODER_FILE
 
 pytestmark = pytest.mark.export  # builds and exports models
 

@@ -23,6 +23,7 @@ import pytest
 
 from testkit.sample_texts import SENTENCES
 from triton_tts import cli
+from triton_tts.contract.voice import ACOUSTIC_FILE, VOCODER_FILE, Voice
 from triton_tts.export import quantize
 from triton_tts.export.int8_stages import FLOW, VOCODER, int8_stages
 from triton_tts.export.precision_gate import (
@@ -44,10 +45,9 @@ from triton_tts.export.quantize import (
     quantize_flow,
 )
 from triton_tts.export.voice_runs import latents
-from triton_tts.gate_texts import GATE_TEXTS
-from triton_tts.intelligibility import MIN_SNR_DB, GateThresholds, snr_db
-from triton_tts.stages import AcousticRunner, VocoderRunner
-from triton_tts.voice import ACOUSTIC_FILE, VOCODER_FILE, Voice
+from triton_tts.quality.gate_texts import GATE_TEXTS
+from triton_tts.quality.intelligibility import MIN_SNR_DB, GateThresholds, snr_db
+from triton_tts.runtime.stages import AcousticRunner, VocoderRunner
 
 pytestmark = pytest.mark.export  # builds and exports models
 

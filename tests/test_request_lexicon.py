@@ -27,7 +27,8 @@ from tritonclient.utils import InferenceServerException
 
 from tests.helpers import stream_model, timed_words, tts_inputs
 from triton_tts.client import AsyncTTSClient, RequestRejected, TTSClient
-from triton_tts.server import TritonServer
+from triton_tts.contract.validation import InvalidRequest
+from triton_tts.ops.server import TritonServer
 from triton_tts.text.phonemize import espeak
 from triton_tts.text.pronounce import (
     MAX_REQUEST_BYTES,
@@ -39,7 +40,6 @@ from triton_tts.text.pronounce import (
     mark,
     parse_request_lexicon,
 )
-from triton_tts.validation import InvalidRequest
 
 POTATO = espeak("en-us").symbols(["potato"], "piper-phonemes")[0]
 SYMBOLS = "".join(sorted(set(POTATO + "abcdefghijklmnopqrstuvwxyz"))) + "ˈˌəɪʊ"

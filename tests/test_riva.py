@@ -33,8 +33,8 @@ from riva.client.proto.riva_audio_pb2 import AudioEncoding
 
 from tests.helpers import running_gateway
 from triton_tts.client import TTSClient
-from triton_tts.intelligibility import transcribe, word_error_rate
-from triton_tts.server import TritonServer, free_port
+from triton_tts.ops.server import TritonServer, free_port
+from triton_tts.quality.intelligibility import transcribe, word_error_rate
 
 pytestmark = pytest.mark.server
 

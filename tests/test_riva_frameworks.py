@@ -44,8 +44,8 @@ from pipecat.utils.asyncio.task_manager import TaskManager
 
 from examples import livekit_agent, pipecat_agent
 from tests.helpers import running_gateway, synthesize, wait_until
-from triton_tts.intelligibility import transcribe, word_error_rate
-from triton_tts.server import TritonServer, free_port
+from triton_tts.ops.server import TritonServer, free_port
+from triton_tts.quality.intelligibility import transcribe, word_error_rate
 
 ROOT = Path(__file__).resolve().parent.parent
 T = TypeVar("T")

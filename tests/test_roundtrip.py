@@ -9,8 +9,8 @@ import pytest
 
 from tests.conftest import phoneme_ids, silence_free
 from tests.helpers import DETERMINISTIC, synthesize
+from triton_tts.contract.voice import Voice
 from triton_tts.text.phonemize import EspeakPhonemizer
-from triton_tts.voice import Voice
 
 pytestmark = pytest.mark.server  # its own servers (module fixtures)
 

@@ -1,6 +1,6 @@
 """A dead Python-backend instance heals, through the real server and ``kill -9``.
 
-The server runs as ``triton-tts serve`` runs it (triton_tts.server.supervised: watchdog,
+The server runs as ``triton-tts serve`` runs it (triton_tts.ops.server.supervised: watchdog,
 health endpoint, model control behind a key), with clients sending traffic while one
 stub is killed, as the OOM killer would.
 """
@@ -23,9 +23,9 @@ from tritonclient.utils import InferenceServerException
 
 from tests.helpers import tts_inputs, wait_until
 from triton_tts.client import auth_headers
-from triton_tts.repository import build_repository
-from triton_tts.server import TritonServer, free_port, supervised
-from triton_tts.watchdog import ADMIN_HEADER, Watchdog, model_of, stub_instances
+from triton_tts.ops.repository import build_repository
+from triton_tts.ops.server import TritonServer, free_port, supervised
+from triton_tts.ops.watchdog import ADMIN_HEADER, Watchdog, model_of, stub_instances
 
 pytestmark = pytest.mark.server  # its own servers (module fixtures)
 

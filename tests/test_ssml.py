@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from triton_tts.contract.validation import InvalidRequest
 from triton_tts.text.normalize import normalize_english
 from triton_tts.text.ssml import Document, is_ssml, read
-from triton_tts.validation import InvalidRequest
 
 
 def english(text: str, speed: float = 1.0) -> Document:

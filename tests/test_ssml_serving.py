@@ -19,8 +19,8 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.helpers import stream_raw, timed_words, tts_inputs
-from triton_tts.intelligibility import transcribe, word_error_rate
-from triton_tts.server import TritonServer
+from triton_tts.ops.server import TritonServer
+from triton_tts.quality.intelligibility import transcribe, word_error_rate
 
 WAIT = '<speak>Please wait a moment.<break time="1500ms"/>Thank you for waiting.</speak>'
 HEARD = "please wait a moment thank you for waiting"

@@ -26,12 +26,12 @@ from tests.helpers import (
     synthesize,
     wait_until,
 )
-from triton_tts.admission import Ledger
-from triton_tts.chunking import split_text
 from triton_tts.client import AsyncTTSClient, RequestRejected, TTSClient
-from triton_tts.intelligibility import transcribe, word_error_rate
-from triton_tts.metrics import REQUESTS
-from triton_tts.server import TritonServer
+from triton_tts.ops.server import TritonServer
+from triton_tts.quality.intelligibility import transcribe, word_error_rate
+from triton_tts.runtime.admission import Ledger
+from triton_tts.runtime.chunking import split_text
+from triton_tts.runtime.metrics import REQUESTS
 from triton_tts.text.normalize import normalize_english
 
 

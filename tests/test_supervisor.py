@@ -24,8 +24,8 @@ from tritonclient.utils import InferenceServerException
 
 from tests.helpers import model_counts, synthesize, tts_inputs, wait_until
 from tests.test_lifecycle import Serve
-from triton_tts.server import READY_TIMEOUT_S
-from triton_tts.watchdog import LINGER_S, stub_instances
+from triton_tts.ops.server import READY_TIMEOUT_S
+from triton_tts.ops.watchdog import LINGER_S, stub_instances
 
 pytestmark = pytest.mark.server  # its own serve process (a module fixture)
 

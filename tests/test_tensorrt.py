@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from triton_tts.batching import PHONEME_BUCKETS
+from triton_tts.build.model_configs import BuildOptions
 from triton_tts.export import piper, tensorrt
-from triton_tts.model_configs import BuildOptions
+from triton_tts.runtime.batching import PHONEME_BUCKETS
 
 
 def test_profiles_cover_what_the_repository_sends(voice_dir: Path) -> None:

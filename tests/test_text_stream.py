@@ -1,5 +1,5 @@
 """A text that arrives as it is written: where its sentences settle, and what goes to
-synthesis when (triton_tts/chunking.py's settled_sentences, triton_tts/gateway/text_stream.py).
+synthesis when (triton_tts/runtime/chunking.py's settled_sentences, triton_tts/gateway/text_stream.py).
 The property: however a text is cut into pieces, the texts sent join to the text, and each
 settled cut is one that the whole text's chunking (split_text) also makes."""
 
@@ -11,8 +11,8 @@ import re
 import pytest
 
 from testkit.sample_texts import PARAGRAPH
-from triton_tts.chunking import CHUNK_CHARS, clause_cut, settled_sentences, split_text
 from triton_tts.gateway.text_stream import MIN_CLAUSE_CHARS, TextStream
+from triton_tts.runtime.chunking import CHUNK_CHARS, clause_cut, settled_sentences, split_text
 
 
 @pytest.mark.parametrize(

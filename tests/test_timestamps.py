@@ -11,7 +11,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.helpers import stream_raw, timed_words, tts_inputs
-from triton_tts.server import TritonServer
+from triton_tts.ops.server import TritonServer
 
 # Held out: none of these sentences was used while the timing rules were set.
 HELD_OUT = [
@@ -92,7 +92,7 @@ def test_a_stream_sends_each_chunks_words_from_the_start_of_the_stream(server: T
 
 def test_timestamps_agree_with_a_recognisers_alignment(server: TritonServer) -> None:
     """Median start error against pocketsphinx's forced alignment of the same audio."""
-    from triton_tts.intelligibility import transcribe, word_starts
+    from triton_tts.quality.intelligibility import transcribe, word_starts
 
     sample = _timed(server, HELD_OUT[0])[:2]
     before = transcribe(*sample)

@@ -14,7 +14,8 @@ from tritonclient.utils import InferenceServerException
 
 from testkit.sample_texts import PARAGRAPH
 from tests.helpers import PARAGRAPH_CHUNKS, STREAM_PARAGRAPH_CHUNKS, model_counts, stream_raw, synthesize
-from triton_tts.metrics import (
+from triton_tts.ops.server import TritonServer
+from triton_tts.runtime.metrics import (
     AUDIO_SECONDS,
     CHARACTERS,
     CHUNKS,
@@ -24,7 +25,6 @@ from triton_tts.metrics import (
     REAL_TIME_FACTOR,
     REQUESTS,
 )
-from triton_tts.server import TritonServer
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 _SAMPLE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)")
@@ -157,7 +157,7 @@ def test_streams_add_chunks_audio_and_first_chunk_latency(server: TritonServer, 
 
 
 def test_each_instance_has_its_own_series(server: TritonServer, http) -> None:
-    """Labelled by instance and stub pid (see triton_tts.metrics), one set per instance."""
+    """Labelled by instance and stub pid (see triton_tts.runtime.metrics), one set per instance."""
     samples, _ = scrape(server)
     instances = {
         dict(labels)["model_instance"]

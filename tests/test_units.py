@@ -7,10 +7,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from triton_tts.batching import PHONEME_BUCKETS, bucket_length, pad_stack, plan_sub_batches
-from triton_tts.onnx_session import resolve_threads
-from triton_tts.text.speaks import pronounceable, reading_speaks
-from triton_tts.validation import (
+from triton_tts.contract.validation import (
     MAX_TEXT_CHARS,
     InvalidRequest,
     NothingToSay,
@@ -20,7 +17,10 @@ from triton_tts.validation import (
     check_voice,
     decode_text,
 )
-from triton_tts.voice import PINYIN_BAKER
+from triton_tts.contract.voice import PINYIN_BAKER
+from triton_tts.runtime.batching import PHONEME_BUCKETS, bucket_length, pad_stack, plan_sub_batches
+from triton_tts.runtime.onnx_session import resolve_threads
+from triton_tts.text.speaks import pronounceable, reading_speaks
 
 
 def test_decode_text_cleans_and_rejects() -> None:
@@ -101,7 +101,7 @@ def test_pad_stack() -> None:
 
 
 def test_threads_never_oversubscribe() -> None:
-    from triton_tts.onnx_session import available_cores
+    from triton_tts.runtime.onnx_session import available_cores
 
     assert resolve_threads("auto", 1) == available_cores()
     assert resolve_threads("auto", available_cores() * 4) == 1
@@ -112,7 +112,7 @@ def test_auto_threads_honour_the_containers_cpu_quota(tmp_path, monkeypatch) -> 
     """A pod limited to 2 CPUs on a 64-core node sizes its pools for 2 (cgroup v2 and v1)."""
     import os
 
-    from triton_tts.onnx_session import available_cores, cgroup_cpu_limit
+    from triton_tts.runtime.onnx_session import available_cores, cgroup_cpu_limit
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)))
     v2 = tmp_path / "v2"
@@ -140,7 +140,7 @@ def test_auto_threads_honour_the_containers_cpu_quota(tmp_path, monkeypatch) -> 
 
 def test_runners_give_the_same_audio_alone_or_padded_together(voice_dir, phonemizer, voice) -> None:
     """The CPU stages' in-model batching: padded runs of several items equal runs of one."""
-    from triton_tts.stages import AcousticRunner, RunFailed, VocoderRunner
+    from triton_tts.runtime.stages import AcousticRunner, RunFailed, VocoderRunner
 
     texts = ["Short.", "A somewhat longer sentence for padding.", "Medium length, this one."]
     ids = [np.array(voice.phonemes_to_ids(p), dtype=np.int64) for p in phonemizer.phonemize(texts)]
@@ -160,7 +160,7 @@ def test_runners_give_the_same_audio_alone_or_padded_together(voice_dir, phonemi
 
 
 def test_a_failing_run_fails_only_its_own_requests(voice_dir) -> None:
-    from triton_tts.stages import RunFailed, VocoderRunner
+    from triton_tts.runtime.stages import RunFailed, VocoderRunner
 
     vocoder = VocoderRunner(voice_dir / "vocoder.onnx", 1, max_items_per_run=1, max_padded=4000)
     good = np.zeros((192, 20), dtype=np.float32)
@@ -196,7 +196,7 @@ class RecordingSender:
 
 
 def test_each_request_gets_exactly_one_response_as_its_item_is_done() -> None:
-    from triton_tts.stages import RunFailed, send_as_done
+    from triton_tts.runtime.stages import RunFailed, send_as_done
 
     order: list[int] = []
     senders = [RecordingSender(), RecordingSender(broken=True), RecordingSender(), RecordingSender()]

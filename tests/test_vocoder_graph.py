@@ -12,6 +12,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from triton_tts.contract.voice import VOCODER_FILE
 from triton_tts.export.quantize import CALIBRATION_TEXTS, quantize_convolutions
 from triton_tts.export.vocoder_graph import (
     channels_last,
@@ -21,7 +22,6 @@ from triton_tts.export.vocoder_graph import (
     write_unpadded,
 )
 from triton_tts.export.voice_runs import latents
-from triton_tts.voice import VOCODER_FILE
 
 
 def run(model: onnx.ModelProto | Path, feeds: dict[str, npt.NDArray[np.float32]]) -> npt.NDArray[np.float32]:

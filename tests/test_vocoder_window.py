@@ -1,4 +1,4 @@
-"""Long latents through the CPU vocoder in windows (triton_tts/vocoder_window.py)."""
+"""Long latents through the CPU vocoder in windows (triton_tts/runtime/vocoder_window.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from triton_tts.stages import RunFailed, VocoderRunner
-from triton_tts.vocoder_window import Window, measure_context, plan_windows, run_windowed
+from triton_tts.runtime.stages import RunFailed, VocoderRunner
+from triton_tts.runtime.vocoder_window import Window, measure_context, plan_windows, run_windowed
 
 CHANNELS = 4
 

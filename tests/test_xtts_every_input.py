@@ -36,7 +36,7 @@ from testkit.xtts_checkpoints import build_xtts, voiced_clip
 from triton_tts.cli import main as cli_main
 from triton_tts.client.errors import STREAM_CODE
 from triton_tts.export.coqui.cli import main as export_main
-from triton_tts.server import TritonServer, default_voice_server
+from triton_tts.ops.server import TritonServer, default_voice_server
 
 pytestmark = [pytest.mark.server, pytest.mark.export]
 

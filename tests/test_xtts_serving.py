@@ -32,11 +32,11 @@ from google.protobuf import text_format
 
 from testkit.xtts_checkpoints import build_xtts, voiced_clip
 from tests.helpers import metric_total, stream_model, wait_until
-from triton_tts.admission import Ledger, retry_after
 from triton_tts.cli import main as cli_main
 from triton_tts.export.coqui.cli import main as export_main
 from triton_tts.export.coqui.xtts.export import snr_db
-from triton_tts.server import TritonServer, default_voice_server, free_port
+from triton_tts.ops.server import TritonServer, default_voice_server, free_port
+from triton_tts.runtime.admission import Ledger, retry_after
 from triton_tts.xtts import defaults as xtts_defaults
 from triton_tts.xtts.card import Sampling
 from triton_tts.xtts.runner import Conditioning, XttsRunner
@@ -371,7 +371,7 @@ def test_the_stage_models_are_the_graphs_with_a_config_per_variant(
     import onnxruntime as ort
     from tritonclient.grpc import model_config_pb2 as mc
 
-    from triton_tts.model_configs import parse
+    from triton_tts.build.model_configs import parse
     from triton_tts.xtts.graphs import STAGES
 
     repo = Path(xtts_server.model_repository)
@@ -423,7 +423,7 @@ def test_the_xtts_model_runs_its_stages_through_them_and_no_one_else_may(
 ) -> None:
     from tritonclient.utils import InferenceServerException
 
-    from triton_tts.internal import REFUSAL
+    from triton_tts.runtime.internal import REFUSAL
 
     before = stage_counts(xtts_server)
     chunks, errors = stream_xtts(xtts_server.grpc_url, xtts_inputs("Through the stages.", clip(70, 5.0)))
@@ -566,8 +566,8 @@ def one_slot_server(
     voice_dir: Path, xtts_voice: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[TritonServer]:
     """Raised limits for the test (not the shipped ones): one cache slot, one waiting."""
-    from triton_tts.model_configs import HEADER, parse
-    from triton_tts.repository import build_repository
+    from triton_tts.build.model_configs import HEADER, parse
+    from triton_tts.ops.repository import build_repository
 
     repo = build_repository([voice_dir, xtts_voice], tmp_path_factory.mktemp("xtts-one") / "model_repository")
     path = repo / "xtts" / "config.pbtxt"

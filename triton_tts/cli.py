@@ -30,17 +30,17 @@ from typing import TYPE_CHECKING, Any
 
 from tritonclient.utils import InferenceServerException
 
-from triton_tts import paths
+from triton_tts.build.model_configs import THREADS, BuildOptions, build_option_fields
 from triton_tts.client.cli import add_client_commands
 from triton_tts.client.tts_client import TTSError, env_api_key
+from triton_tts.contract import paths
+from triton_tts.contract.validation import InvalidRequest
 from triton_tts.gateway import command as gateway_command
-from triton_tts.model_configs import THREADS, BuildOptions, build_option_fields
-from triton_tts.server import DRAIN_TIMEOUT_S, LOCAL_HOST, TritonCrashed, TritonServer, drain, supervised
-from triton_tts.validation import InvalidRequest
+from triton_tts.ops.server import DRAIN_TIMEOUT_S, LOCAL_HOST, TritonCrashed, TritonServer, drain, supervised
 
 if TYPE_CHECKING:
+    from triton_tts.contract.voice import Voice
     from triton_tts.text.pronounce import Lexicon
-    from triton_tts.voice import Voice
 
 ADMIN_KEY_ENV = "TRITON_TTS_ADMIN_KEY"  # default: a fresh random key per start
 
@@ -74,7 +74,7 @@ def _option_value(option: Field[Any]) -> Callable[[str], int | str]:
 
 def add_build_options(parser: argparse.ArgumentParser) -> None:
     """Tuning knobs rendered into the configs: one flag per BuildOptions option, named
-    after its field (``max_batch_size``: ``--max-batch-size``); see triton_tts/model_configs.py."""
+    after its field (``max_batch_size``: ``--max-batch-size``); see triton_tts/build/model_configs.py."""
     group = parser.add_argument_group("repository build options")
     for option in build_option_fields():
         default: Any = option.default
@@ -113,7 +113,7 @@ def _lexicons(specs: list[str] | None) -> tuple[Lexicon, ...]:
 
 def _voice_dirs(args: argparse.Namespace) -> list[Path]:
     """The --voice folders, chunk voices and XTTS voices alike, each checked before any work."""
-    from triton_tts.repository import ensure_voice
+    from triton_tts.ops.repository import ensure_voice
 
     dirs: list[Path] = args.voice or [paths.default_voice_dir()]
     return [ensure_voice(folder) for folder in dirs]
@@ -126,7 +126,7 @@ def _output_folder(out: Path) -> Path:
 
 
 def cmd_build_repo(args: argparse.Namespace) -> int:
-    from triton_tts.repository import build_repository
+    from triton_tts.ops.repository import build_repository
 
     _output_folder(args.out)
     build_repository(_voice_dirs(args), args.out, build_options(args))
@@ -188,8 +188,8 @@ def cmd_export_kokoro(args: argparse.Namespace) -> int:
 def _frontend_voice(args: argparse.Namespace) -> Voice | None:
     """The voice of --voice (a folder, or a voice's name in the voices folder), or the
     default voice's; None when --language is given instead."""
-    from triton_tts.repository import ensure_default_voice
-    from triton_tts.voice import Voice
+    from triton_tts.contract.voice import Voice
+    from triton_tts.ops.repository import ensure_default_voice
 
     if args.language:
         return None
@@ -218,12 +218,12 @@ def _check_lexicons(lexicons: list[Lexicon], reader: Any) -> None:
 
 
 def cmd_frontend(args: argparse.Namespace) -> int:
+    from triton_tts.contract.voice import PINYIN_BAKER
     from triton_tts.text.chinese import baker_symbols, pinyin
     from triton_tts.text.frontend import frontend_for, is_chinese
     from triton_tts.text.phonemize import espeak
     from triton_tts.text.pronounce import parts
     from triton_tts.text.reader import TextReader
-    from triton_tts.voice import PINYIN_BAKER
 
     voice = _frontend_voice(args)
     if voice is None and not is_chinese(args.language):
@@ -269,15 +269,15 @@ def _stop_on_signal(signum: int, frame: object) -> None:
 
 def cmd_export_int8(args: argparse.Namespace) -> int:
     from triton_tts.export import quantize
-    from triton_tts.intelligibility import gate_thresholds
-    from triton_tts.repository import ensure_default_voice
+    from triton_tts.ops.repository import ensure_default_voice
+    from triton_tts.quality.intelligibility import gate_thresholds
 
     quantize.run(ensure_default_voice(args.voice), args.out, gate_thresholds(args), tuple(args.stages))
     return 0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from triton_tts.repository import build_repository
+    from triton_tts.ops.repository import build_repository
 
     # Ctrl-C, `kill` and Kubernetes all stop the server the same way: Triton drains
     # in-flight requests, then exits. Installed explicitly, since a shell may start us
@@ -421,14 +421,14 @@ def _add_inspection_commands(sub: Any, defaults: type[argparse.HelpFormatter]) -
     from triton_tts.xtts.speakers import add_command  # speakers add|list: XTTS's named speakers
 
     add_command(sub, defaults)
-    from triton_tts import speaker_gate  # gate-speakers: a served voice's speakers against a baseline
+    from triton_tts.quality import speaker_gate  # gate-speakers: a served voice's speakers against a baseline
 
     speaker_gate.add_command(sub, defaults)
 
 
 def _add_export_int8(export_sub: Any, defaults: type[argparse.HelpFormatter]) -> None:
     from triton_tts.export.int8_stages import add_stages_argument
-    from triton_tts.intelligibility import add_gate_arguments
+    from triton_tts.quality.intelligibility import add_gate_arguments
 
     int8 = export_sub.add_parser(
         "int8",
@@ -568,8 +568,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _broken_input(args: argparse.Namespace) -> str | None:
     """After an unexpected failure: a voice folder or graph the command reads that cannot be
     loaded (a corrupt or truncated file), or None when the inputs are sound (then: a bug)."""
-    from triton_tts.server import onnx_load_error
-    from triton_tts.voice import Voice
+    from triton_tts.contract.voice import Voice
+    from triton_tts.ops.server import onnx_load_error
     from triton_tts.xtts.card import XttsCard, is_xtts_folder
 
     if args.command == "export" and args.family == "piper":

@@ -14,7 +14,7 @@ import urllib.request
 from collections.abc import Sequence
 
 from triton_tts.gateway.settings import GatewaySettings
-from triton_tts.server import LOCAL_HOST
+from triton_tts.ops.server import LOCAL_HOST
 
 API_KEY_ENV = "TRITON_TTS_API_KEY"  # comma-separated keys; never on the command line (ps shows it)
 TRITON_URL_ENV = "TRITON_TTS_TRITON_URL"

@@ -47,6 +47,7 @@ from riva.client.proto import riva_tts_pb2_grpc as rtts_grpc
 
 from triton_tts.client import AudioChunk, TTSError, VoiceInfo, WordTime
 from triton_tts.client.voices import XTTS_KIND
+from triton_tts.contract.validation import MAX_SPEED, MIN_SPEED
 from triton_tts.gateway import riva_audio
 from triton_tts.gateway.access import authorized, caller_of, key_of
 from triton_tts.gateway.errors import ApiError, from_tts_error, invalid
@@ -55,7 +56,6 @@ from triton_tts.gateway.schemas import MAX_WAIT_S, SpeechRequest
 from triton_tts.gateway.settings import GatewaySettings
 from triton_tts.gateway.voices import Voices
 from triton_tts.text.speaks import pronounceable
-from triton_tts.validation import MAX_SPEED, MIN_SPEED
 
 
 class Gateway(Protocol):

@@ -6,7 +6,7 @@ names the field. Everything behind the edge gets valid, typed values.
 Each field says what it wants in its ``description``; the refusal quotes it ("'speed'
 must be a number from 0.25 to 4, got \"fast\""). The codes are OpenAI's where it has one
 (``invalid_value``, ``invalid_type``, ``string_above_max_length``, ...). The ranges are
-the server's, imported from triton_tts/validation.py (SPEED is OpenAI's range too), so the
+the server's, imported from triton_tts/contract/validation.py (SPEED is OpenAI's range too), so the
 gateway refuses what Triton would.
 """
 
@@ -28,9 +28,9 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails, PydanticCustomError
 
+from triton_tts.contract.validation import MAX_LONG_TEXT_CHARS, MAX_NOISE, MAX_SPEED, MIN_SPEED
 from triton_tts.gateway import audio, sse
 from triton_tts.gateway.errors import ApiError, invalid
-from triton_tts.validation import MAX_LONG_TEXT_CHARS, MAX_NOISE, MAX_SPEED, MIN_SPEED
 
 # The ids OpenAI's clients send; all name the one served ensemble (its voices differ).
 MODEL_IDS = ("triton-tts", "tts-1", "tts-1-hd", "gpt-4o-mini-tts")

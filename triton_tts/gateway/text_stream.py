@@ -1,12 +1,12 @@
 """A text that arrives as it is written (an LLM's tokens on the WebSocket), cut into the
 pieces that go to synthesis: each sentence as soon as its end is settled
-(:func:`triton_tts.chunking.settled_sentences`), a long clause when the writer pauses,
+(:func:`triton_tts.runtime.chunking.settled_sentences`), a long clause when the writer pauses,
 and the rest on ``flush`` or ``end``. Pure: the socket decides when to ask.
 """
 
 from __future__ import annotations
 
-from triton_tts.chunking import CHUNK_CHARS, clause_cut, settled_sentences
+from triton_tts.runtime.chunking import CHUNK_CHARS, clause_cut, settled_sentences
 from triton_tts.text.speaks import pronounceable
 
 # A clause goes without its sentence's end once the writer has paused this long and the

@@ -12,10 +12,10 @@ from typing import Any, NamedTuple
 
 from triton_tts.client import AsyncTTSClient, TTSError, VoiceInfo
 from triton_tts.client.voices import XTTS_KIND
+from triton_tts.contract.styles import is_mix
+from triton_tts.contract.validation import MAX_SPEED, MIN_SPEED
 from triton_tts.gateway.errors import from_tts_error, invalid
 from triton_tts.gateway.settings import GatewaySettings
-from triton_tts.styles import is_mix
-from triton_tts.validation import MAX_SPEED, MIN_SPEED
 
 # OpenAI's voice names: each is the default voice (its speaker of that name, if it has
 # one) unless --voice-alias says otherwise.
@@ -106,7 +106,7 @@ class Voices:
     def _mix(self, wanted: str, served: dict[str, VoiceInfo]) -> Resolved | None:
         """A mix of a style voice's speakers (``af_bella:0.7+af_sky:0.3``, optionally after
         ``voice.`` or ``voice:``), or None when ``wanted`` is not one. The server checks the
-        speakers and weights (triton_tts.styles.parse_mix); only which voice is found here."""
+        speakers and weights (triton_tts.contract.styles.parse_mix); only which voice is found here."""
         if not is_mix(wanted):
             return None
         head, sep, rest = wanted.partition(":")

@@ -1,6 +1,6 @@
 """espeak-ng phonemisation, safe under concurrency, in the form each voice was trained on.
 
-Two conventions, chosen by the voice's ``tokens`` (triton_tts/voice.py):
+Two conventions, chosen by the voice's ``tokens`` (triton_tts/contract/voice.py):
 
 * ``piper-phonemes`` (Piper voices): espeak-ng reads the whole text clause by clause, and
   each clause's phonemes are followed by the punctuation that ended it, as Piper's
@@ -34,8 +34,8 @@ from phonemizer.backend.espeak.api import EspeakAPI
 from phonemizer.backend.espeak.wrapper import EspeakWrapper
 from phonemizer.separator import Separator
 
+from triton_tts.contract.voice import PIPER_PHONEMES
 from triton_tts.text.speaks import pronounceable
-from triton_tts.voice import PIPER_PHONEMES
 
 log = logging.getLogger(__name__)
 # phonemizer warns per batch about word-count mismatches (harmless with punctuation kept);

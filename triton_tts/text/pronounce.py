@@ -3,7 +3,7 @@ lexicon entry) travels inside a chunk's text, marked, and the voice's reader say
 phonemes instead of espeak-ng's (triton_tts/text/reader.py).
 
 A marked pronunciation is ``OPEN + phonemes + CLOSE`` (private-use characters, which no
-caller's text keeps: triton_tts.validation.decode_text removes them from every TEXT, and
+caller's text keeps: triton_tts.contract.validation.decode_text removes them from every TEXT, and
 only preprocess keeps these, in the chunks tts and tts_stream send it), its
 spaces written as ``SPACE`` so that the whole pronunciation stays one word: chunking never
 cuts it, and word timestamps time it as the word it replaces.
@@ -38,10 +38,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from triton_tts.contract.validation import InvalidRequest
 from triton_tts.text.frontend import is_chinese
 from triton_tts.text.han import has_han
 from triton_tts.text.marks import CLOSE, MARKED, MARKS, OPEN, SPACE
-from triton_tts.validation import InvalidRequest
 
 MAX_ENTRIES = 100_000
 MAX_ENTRY_CHARS = 200

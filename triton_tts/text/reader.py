@@ -15,15 +15,15 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+from triton_tts.contract.voice import PINYIN_BAKER
 from triton_tts.text.frontend import frontend_for, is_chinese
 from triton_tts.text.pronounce import check_pinyin, check_pronunciations, parts
 from triton_tts.text.speaks import reading_speaks
 from triton_tts.text.words import letter_owners, phoneme_owners, unit_spans, units, word_groups
-from triton_tts.voice import PINYIN_BAKER
 
 if TYPE_CHECKING:
+    from triton_tts.contract.voice import Voice
     from triton_tts.text.phonemize import EspeakPhonemizer
-    from triton_tts.voice import Voice
 
 
 # A word espeak-ng reads the same way anywhere and that no text holds: it stands where a

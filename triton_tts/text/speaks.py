@@ -3,8 +3,8 @@ of text (the phonemizer, the reader, the long-text models) sits above."""
 
 from __future__ import annotations
 
+from triton_tts.contract.voice import PINYIN_BAKER
 from triton_tts.text.han import has_han
-from triton_tts.voice import PINYIN_BAKER
 
 # Whether a text has anything to say: one rule, asked at two moments that know different
 # things. Before reading, only the text (and the voice's tokens) is known: the long-text

@@ -30,10 +30,10 @@ silence its breaks ask for. The elements:
 * ``emphasis``, ``lang``, ``mark``: their text is spoken as it is (``mark`` is empty).
 
 Anything else (``audio``, ``voice``, unknown elements or attributes' values)
-is refused: :class:`triton_tts.validation.InvalidRequest`, naming the element and its line
+is refused: :class:`triton_tts.contract.validation.InvalidRequest`, naming the element and its line
 and column; so is an element nested deeper than :data:`MAX_DEPTH`, while it is parsed.
 The silence a document asks for in all is bounded where its audio is
-(:func:`triton_tts.limits.check_audio`).
+(:func:`triton_tts.runtime.limits.check_audio`).
 """
 
 from __future__ import annotations
@@ -46,11 +46,11 @@ from dataclasses import dataclass, field
 from defusedxml import DefusedXmlException
 from defusedxml.ElementTree import DefusedXMLParser, ParseError
 
+from triton_tts.contract.validation import MAX_BREAK_S, MAX_SPEED, MIN_SPEED, InvalidRequest
 from triton_tts.text.english_context import FRACTION, TELEPHONE, say_fraction, say_telephone
 from triton_tts.text.english_data import DIGIT_WORDS
 from triton_tts.text.english_numbers import cardinal, ordinal, read_digits, year_words
 from triton_tts.text.pronounce import mark
-from triton_tts.validation import MAX_BREAK_S, MAX_SPEED, MIN_SPEED, InvalidRequest
 
 SSML_NAMESPACE = "http://www.w3.org/2001/10/synthesis"
 # TEXT_FORMAT auto: a text that starts so (after white space) is SSML

@@ -1,13 +1,13 @@
 """An XTTS voice's capacity for admission, from what its model really makes.
 
 tts and tts_stream admit an XTTS voice's text by its predicted audio over this capacity, in
-the ledger the chunk voices share (triton_tts/admission.py). Nothing measures it at start
+the ledger the chunk voices share (triton_tts/runtime/admission.py). Nothing measures it at start
 (``triton-tts serve`` times the chunk voices only), and the chunk voices' windows cannot
 tell it: the xtts model's loop batches its own slots at a rate of its own. So the model
 judges itself: over each window, the audio it sent over the wall time. A window in which
 all its slots were live or a generation waited for one, throughout, shows what it can
 make, and the ledger's figure moves toward it; a window that made more than the figure
-raises it whatever the load (:meth:`triton_tts.admission.Ledger.observe_capacity`).
+raises it whatever the load (:meth:`triton_tts.runtime.admission.Ledger.observe_capacity`).
 Imports nothing of Triton.
 """
 

@@ -1,5 +1,5 @@
 """The XTTS model's defaults, each decided here once: the config's parameters
-(triton_tts/model_configs.py renders them), the model that reads them
+(triton_tts/build/model_configs.py renders them), the model that reads them
 (triton_tts/xtts/triton_model.py), and the scheduler, runner and clip cache used alone
 (tests, benchmarks) all take theirs from this module. Imports nothing."""
 
@@ -11,7 +11,7 @@ CONDITIONING_CACHE = 64  # clips' conditionings kept (an LRU by content hash)
 WAITING_PER_SLOT = 4  # generations waiting for a slot, per slot, before one is refused
 MAX_REFERENCE_S = 60.0  # longer clips are refused (XTTS reads the first 30 s)
 MIN_REFERENCE_S = 1.0
-# Admission (triton_tts/admission.py, through tts and tts_stream): an XTTS voice's text is
+# Admission (triton_tts/runtime/admission.py, through tts and tts_stream): an XTTS voice's text is
 # its predicted audio over the voice's capacity, in the ledger the chunk voices share.
 # Seconds of audio per character at SPEED 1: read speech runs about 150 words a minute,
 # some 14 characters a second in English (Coqui trains XTTS v2 on read speech); XTTS's

@@ -30,13 +30,19 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from triton_tts import internal
-from triton_tts.admission import Ledger, Work
-from triton_tts.bls import ChunkFailed, LongTextSettings, RequestCancelled, read_caller, wait_deadline_us
 from triton_tts.client.voices import XTTS_KIND, VoiceInfo
-from triton_tts.metrics import TTSMetrics
-from triton_tts.request_options import input_array, one_value
-from triton_tts.validation import InvalidRequest, one_item
+from triton_tts.contract.validation import InvalidRequest, one_item
+from triton_tts.runtime import internal
+from triton_tts.runtime.admission import Ledger, Work
+from triton_tts.runtime.bls import (
+    ChunkFailed,
+    LongTextSettings,
+    RequestCancelled,
+    read_caller,
+    wait_deadline_us,
+)
+from triton_tts.runtime.metrics import TTSMetrics
+from triton_tts.runtime.request_options import input_array, one_value
 from triton_tts.xtts import defaults
 from triton_tts.xtts.requests import CANCEL_PARAMETER, JOB_PARAMETER
 from triton_tts.xtts.runner import FloatArray
@@ -87,7 +93,7 @@ def admit(
 ) -> tuple[Demand, Work]:
     """Admitted as any text is (XTTS is not paced: its model makes audio at its own rate),
     while its predicted wait fits its deadline or, stating none, the default budget;
-    :class:`triton_tts.admission.Refused` at once otherwise."""
+    :class:`triton_tts.runtime.admission.Refused` at once otherwise."""
     demand = read_demand(request)
     with metrics.demand(voice.name, demand.audio_s):
         work = ledger.admit_text(

@@ -9,7 +9,7 @@ GPU nodes they run on Triton's native onnxruntime backend (``configs/gpu.pbtxt``
 the GPT's loop stays in the ``xtts`` model.
 
 :data:`STAGES` names each stage model's graph and tensors; the stage configs are rendered
-from each graph (triton_tts/onnx_graph.py), so a native backend finds its own names,
+from each graph (triton_tts/runtime/onnx_graph.py), so a native backend finds its own names,
 types and fixed dims.
 """
 
@@ -57,7 +57,7 @@ class LocalGraphs:
     def __init__(self, folder: Path, threads: int) -> None:
         # here, not at import: model_configs reads STAGES, and the base install (the client
         # commands, through triton_tts.cli) has no onnxruntime
-        from triton_tts.onnx_session import cpu_session
+        from triton_tts.runtime.onnx_session import cpu_session
 
         self.sessions = {stage.name: cpu_session(Path(folder) / stage.graph, threads) for stage in STAGES}
 

@@ -11,9 +11,9 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from triton_tts import internal
-from triton_tts.request_options import one_value, read_text
-from triton_tts.validation import InvalidRequest
+from triton_tts.contract.validation import InvalidRequest
+from triton_tts.runtime import internal
+from triton_tts.runtime.request_options import one_value, read_text
 from triton_tts.xtts.card import Sampling, XttsCard
 from triton_tts.xtts.runner import FloatArray
 from triton_tts.xtts.speakers import check_name
@@ -142,7 +142,7 @@ def read_job(request: Any) -> str | None:
 def read_cancel(request: Any, token: str | None) -> str | None:
     """The job id an internal cancel request names (:data:`CANCEL_PARAMETER`), None for any
     other request. Only the server's own models may cancel (they carry its internal token,
-    triton_tts/internal.py); a caller of the xtts model cancels its own request as Triton
+    triton_tts/runtime/internal.py); a caller of the xtts model cancels its own request as Triton
     does, through its stream."""
     job = _job_id(request, CANCEL_PARAMETER)
     if job is not None and token is not None and not internal.carries_token(request, token):

@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 
-from triton_tts.onnx_session import cpu_session
+from triton_tts.runtime.onnx_session import cpu_session
 from triton_tts.xtts import defaults
 from triton_tts.xtts.card import EMBEDDINGS_FILE, GPT_FILE, Sampling, XttsCard
 from triton_tts.xtts.graphs import DECODER, SPEAKER, STYLE, Graphs, LocalGraphs

@@ -3,10 +3,10 @@ Python backend).
 
 The conditioning encoders and the decoder are Triton models of their own
 (``xtts_style``, ``xtts_speaker``, ``xtts_decoder``, suffixed ``__<voice>`` after the
-first XTTS voice; triton_tts/model_configs.py renders them): Python + onnxruntime on CPU
+first XTTS voice; triton_tts/build/model_configs.py renders them): Python + onnxruntime on CPU
 nodes (triton_tts/xtts/stage_model.py), Triton's native onnxruntime backend on GPU in the
 ``gpu`` and ``tensorrt`` variants. Each call carries the server's internal token
-(triton_tts/internal.py), which the Python stage models ask for.
+(triton_tts/runtime/internal.py), which the Python stage models ask for.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Mapping
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from triton_tts import internal
+from triton_tts.runtime import internal
 from triton_tts.xtts.graphs import FloatArray, Stage
 
 

@@ -23,7 +23,7 @@ GPU nodes they run on Triton's native onnxruntime backend while the GPT's loop s
 
 Admission is tts's and tts_stream's: each XTTS text is admitted there by its predicted
 work, in the ledger the chunk voices share (triton_tts/xtts/forward.py,
-triton_tts/admission.py), against the capacity this model reports there, measured on
+triton_tts/runtime/admission.py), against the capacity this model reports there, measured on
 itself while busy (triton_tts/xtts/capacity.py). ``max_waiting`` (generations waiting for
 a slot) is only a safety bound, as ``max_texts`` is for tts: past it a request is refused
 at once (UNAVAILABLE, "server busy" with a retry hint), which direct callers of this model
@@ -46,11 +46,11 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from triton_tts import internal
-from triton_tts.admission import AdmissionSettings, Ledger, busy_message
-from triton_tts.bls import Cancellation
-from triton_tts.config_parameters import string_parameters
-from triton_tts.errors import RequestErrors, request_id
+from triton_tts.contract.config_parameters import string_parameters
+from triton_tts.contract.errors import RequestErrors, request_id
+from triton_tts.runtime import internal
+from triton_tts.runtime.admission import AdmissionSettings, Ledger, busy_message
+from triton_tts.runtime.bls import Cancellation
 from triton_tts.xtts import defaults
 from triton_tts.xtts.capacity import ThroughputWindow
 from triton_tts.xtts.clips import ClipCache, ClipSettings

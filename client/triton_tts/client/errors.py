@@ -57,7 +57,7 @@ class TimedOut(TTSError):
 
 
 # Triton's error codes as each way in spells them: HTTP statuses, gRPC status codes, and
-# the tags tts_stream puts in front of its errors (triton_tts/errors.py, CODE_TAG).
+# the tags tts_stream puts in front of its errors (triton_tts/contract/errors.py, CODE_TAG).
 CODES = {
     "400": "INVALID_ARG",
     "StatusCode.INVALID_ARGUMENT": "INVALID_ARG",
@@ -70,7 +70,7 @@ CODES = {
 }
 
 # A refusal for work says when to come back: "...; retry after 2.5 s"
-# (triton_tts/admission.py's busy_message, held to this by tests/test_admission.py).
+# (triton_tts/runtime/admission.py's busy_message, held to this by tests/test_admission.py).
 RETRY_AFTER = re.compile(r"retry after (\d+(?:\.\d+)?) s")
 
 # What Triton and tts_stream say when they refuse for load: a full queue, a queue wait
@@ -85,7 +85,7 @@ QUEUE_TIMEOUT = "request timeout expired"  # Triton's own message ends with it
 RESTRICTED = "is restricted, expecting header"
 
 # An error inside a stream carries only the server's message. tts_stream puts its code
-# in front ("[INVALID_ARG] ...": triton_tts/errors.py, CODE_TAG); what has no code is the
+# in front ("[INVALID_ARG] ...": triton_tts/contract/errors.py, CODE_TAG); what has no code is the
 # server's own failure (a dead instance, say), never the caller's.
 STREAM_CODE = re.compile(r"^\[([A-Z_]+)\] ")
 

@@ -1,7 +1,7 @@
 """What a built repository serves: one description per voice, in one JSON.
 
 A build writes it (:meth:`VoiceInfo.list_to_json`) into the ``voices`` parameter of the
-``tts`` and ``tts_stream`` configs; the long-text models (triton_tts/bls.py), the
+``tts`` and ``tts_stream`` configs; the long-text models (triton_tts/runtime/bls.py), the
 gateway and :meth:`TTSClient.voices` read it back (:meth:`VoiceInfo.list_from_json`).
 The standard library only: the models inside Triton import it, and they need none of
 the client's transports.
@@ -38,9 +38,9 @@ class VoiceInfo:
     language: str
     sample_rate: int
     speakers: dict[str, int]  # speaker name -> SPEAKER_ID; empty for a one-speaker voice
-    tokens: str = "phonemes"  # what the voice's ids are made of (triton_tts/voice.py)
+    tokens: str = "phonemes"  # what the voice's ids are made of (triton_tts/contract/voice.py)
     model: str = CHUNK_MODEL  # its tts_chunk ensemble
-    # Its chunk budget, measured at build: triton_tts.limits.ChunkLimits as JSON, which
+    # Its chunk budget, measured at build: triton_tts.runtime.limits.ChunkLimits as JSON, which
     # the server reads and the client passes over.
     chunk_limits: dict[str, Any] = field(default_factory=dict)
     # Whether its acoustic model says its durations: word timestamps (TIMESTAMPS input).

@@ -82,7 +82,7 @@ def expose_padded_output(
 def cap_frames(model: onnx.ModelProto, max_frames: int) -> None:
     """Cut the acoustic graph's LATENT to at most ``max_frames`` frames and clamp
     FRAME_COUNT to match: the hard guard that no chunk passes the vocoder's TensorRT
-    profile (triton_tts/limits.py). Preprocess refuses chunks predicted past the budget
+    profile (triton_tts/runtime/limits.py). Preprocess refuses chunks predicted past the budget
     and ``tts`` splits them, so only a freak draw of the duration noise (NOISE_W > 1 at
     SPEED 0.25) ever reaches it; it then loses the chunk's tail instead of failing its
     whole batch on the engine."""

@@ -50,11 +50,11 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
-from triton_tts import paths
+from triton_tts.contract import paths
+from triton_tts.contract.styles import STYLE_WIDTH, STYLES_FILE, StyleTable
+from triton_tts.contract.voice import ACOUSTIC_FILE, VOCODER_FILE, Voice
 from triton_tts.export.graph_surgery import cap_frames, set_dims
-from triton_tts.limits import frame_budget
-from triton_tts.styles import STYLE_WIDTH, STYLES_FILE, StyleTable
-from triton_tts.voice import ACOUSTIC_FILE, VOCODER_FILE, Voice
+from triton_tts.runtime.limits import frame_budget
 
 log = logging.getLogger(__name__)
 

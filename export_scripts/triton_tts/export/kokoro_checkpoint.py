@@ -50,7 +50,7 @@ from triton_tts.export.kokoro import (
     wrap_vocoder,
     write_voice,
 )
-from triton_tts.limits import frame_budget
+from triton_tts.runtime.limits import frame_budget
 
 log = logging.getLogger(__name__)
 

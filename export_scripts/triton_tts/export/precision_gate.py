@@ -1,6 +1,6 @@
 """The precision gate: an FP16 or INT8 export measured against its FP32 voice.
 
-The held-out sentences (:mod:`triton_tts.gate_texts`) go once through the FP32 voice's
+The held-out sentences (:mod:`triton_tts.quality.gate_texts`) go once through the FP32 voice's
 own stages, as the server runs them: normaliser, espeak-ng, acoustic model, vocoder,
 noise off (NOISE_SCALE and NOISE_W 0), speaker 0. That is the reference: latents,
 waveforms and what the recogniser heard. The candidate is then measured on the same
@@ -13,7 +13,7 @@ sentences:
   durations FP32, so there a changed frame count refuses the export);
 - WER: the candidate end to end (its acoustic stage, then its vocoder), transcribed.
 
-The verdict and its limits are :func:`triton_tts.intelligibility.judge`'s. Every export
+The verdict and its limits are :func:`triton_tts.quality.intelligibility.judge`'s. Every export
 that writes FP16 or INT8 passes through :func:`settle`: a refused export raises
 :class:`GateRefused` unless the thresholds say to write it anyway. To measure two voice
 folders that already exist:
@@ -32,9 +32,10 @@ from pathlib import Path
 
 import numpy as np
 
+from triton_tts.contract.voice import VOCODER_FILE, VOCODER_UNPADDED_FILE, Voice
 from triton_tts.export.voice_runs import Latents, Waveforms, latents, run_vocoder
-from triton_tts.gate_texts import GATE_TEXTS, spoken
-from triton_tts.intelligibility import (
+from triton_tts.quality.gate_texts import GATE_TEXTS, spoken
+from triton_tts.quality.intelligibility import (
     MAX_FP32_WER,
     GateReport,
     GateThresholds,
@@ -46,8 +47,7 @@ from triton_tts.intelligibility import (
     word_error_rate,
     words,
 )
-from triton_tts.onnx_session import graph_inputs
-from triton_tts.voice import VOCODER_FILE, VOCODER_UNPADDED_FILE, Voice
+from triton_tts.runtime.onnx_session import graph_inputs
 
 log = logging.getLogger(__name__)
 

@@ -66,12 +66,12 @@ from onnxruntime.quantization import (
 )
 from onnxruntime.quantization.shape_inference import quant_pre_process
 
+from triton_tts.contract.voice import ACOUSTIC_FILE, VOCODER_FILE, VOCODER_UNPADDED_FILE, Voice
 from triton_tts.export.int8_stages import DEFAULT_STAGES, FLOW, VOCODER, add_stages_argument, int8_stages
 from triton_tts.export.vocoder_graph import channels_last, polyphase_upsampling, write_unpadded
 from triton_tts.export.voice_runs import latents, text_ids, vocoder_feeds
-from triton_tts.intelligibility import GateReport, GateThresholds, add_gate_arguments, gate_thresholds
-from triton_tts.onnx_session import graph_inputs
-from triton_tts.voice import ACOUSTIC_FILE, VOCODER_FILE, VOCODER_UNPADDED_FILE, Voice
+from triton_tts.quality.intelligibility import GateReport, GateThresholds, add_gate_arguments, gate_thresholds
+from triton_tts.runtime.onnx_session import graph_inputs
 
 if TYPE_CHECKING:
     from triton_tts.export.precision_gate import Reference

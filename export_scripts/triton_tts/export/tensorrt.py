@@ -20,7 +20,7 @@ every request the API accepts, voice by voice: any batch up to the configs'
 max_batch_size, phoneme rows up to the voice's chunk budget (``max_ids``, a bucket:
 preprocess pads to buckets and refuses longer chunks), latents up to its frame budget
 (``max_frames``, a multiple of the acoustic model's 64-frame padding), as the build
-measured them into the voice's preprocess config (triton_tts/limits.py: the longest chunk
+measured them into the voice's preprocess config (triton_tts/runtime/limits.py: the longest chunk
 at the slowest SPEED and noisiest NOISE_W is predicted within them, and ``tts`` splits a
 chunk that is not). Precision is chosen per stage: the
 vocoder (most of the compute) in FP16; the acoustic model stays FP32 by default because
@@ -45,9 +45,9 @@ from pathlib import Path
 
 import onnx
 
-from triton_tts.limits import MAX_CHUNK_IDS, ChunkLimits
-from triton_tts.model_configs import DEFAULT_CHUNK_LIMITS, VOICE_SEPARATOR, BuildOptions, parse
-from triton_tts.onnx_session import graph_inputs
+from triton_tts.build.model_configs import DEFAULT_CHUNK_LIMITS, VOICE_SEPARATOR, BuildOptions, parse
+from triton_tts.runtime.limits import MAX_CHUNK_IDS, ChunkLimits
+from triton_tts.runtime.onnx_session import graph_inputs
 
 log = logging.getLogger(__name__)
 

@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from triton_tts.onnx_session import available_cores, cpu_session
-from triton_tts.stages import AcousticRunner, RunFailed
+from triton_tts.contract.voice import ACOUSTIC_FILE, Voice
+from triton_tts.runtime.onnx_session import available_cores, cpu_session
+from triton_tts.runtime.stages import AcousticRunner, RunFailed
 from triton_tts.text.reader import TextReader
-from triton_tts.voice import ACOUSTIC_FILE, Voice
 
 Latents = list[npt.NDArray[np.float32]]
 Waveforms = list[npt.NDArray[np.float32]]
@@ -30,7 +30,7 @@ def acoustic_runner(voice_dir: Path, voice: Voice, threads: int) -> Any:
     """The acoustic stage of a voice folder as the Triton model runs it, one item per run:
     Tacotron2's step-wise loop, or the one-graph runner."""
     if voice.acoustic_kind == "tacotron2":
-        from triton_tts.tacotron import Tacotron2Runner
+        from triton_tts.runtime.tacotron import Tacotron2Runner
 
         return Tacotron2Runner(voice_dir, threads, voice.max_decoder_steps, voice.mel_edge_frames)
     return AcousticRunner(voice_dir / ACOUSTIC_FILE, threads, 1, 1 << 20)

@@ -30,7 +30,7 @@ always recorded and exposed, so that switching autoscaling.signal changes the HP
    1 is a pod asked for exactly what it can make; the HPA's proportional rule then asks
    for demand / target pods (admission refuses what a pod cannot make, so queue time
    stops growing with demand; refused demand is still demand, and is counted). Both
-   series come from tts and tts_stream (triton_tts/metrics.py): the demanded counter is
+   series come from tts and tts_stream (triton_tts/runtime/metrics.py): the demanded counter is
    each instance's own requests (sum), the capacity gauge the server's admission ledger,
    the same in every instance's series (max, never sum). A voice whose capacity is not
    published yet (an instance publishes it after its first execute), or is 0, drops out;

@@ -4,12 +4,12 @@ This machine's Triton has no ONNX Runtime backend, so the ONNX file runs inside 
 Python-backend model. GPU nodes load the same ``model.onnx`` with the native
 ``onnxruntime`` backend (configs/gpu.pbtxt) or a TensorRT plan (configs/tensorrt.pbtxt).
 Inputs are ragged (``allow_ragged_batch``): requests of any length arrive in one
-execution. Each request is checked first (:class:`triton_tts.stage_bounds.StageBounds`: one
+execution. Each request is checked first (:class:`triton_tts.runtime.stage_bounds.StageBounds`: one
 item, ids of the voice within its chunk budget, SCALES within what SPEED and NOISE_*
 allow, a known speaker): a bad one gets its own INVALID_ARG error, the others run.
-:class:`triton_tts.stages.AcousticRunner` plans and pads the ONNX runs, and each request
+:class:`triton_tts.runtime.stages.AcousticRunner` plans and pads the ONNX runs, and each request
 is answered as soon as its item is done (a failed run: an INTERNAL error for its
-requests alone, logged with their ids by triton_tts.errors).
+requests alone, logged with their ids by triton_tts.contract.errors).
 
 A Tacotron2 voice's acoustic stage (a decoder loop in Python) is this model on every node;
 its GPU named configs add ``pad_latent_frames`` for the native vocoder after it.
@@ -22,13 +22,13 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from triton_tts.errors import RequestErrors, request_id
-from triton_tts.internal import Gate
-from triton_tts.request_options import input_array, required_input
-from triton_tts.stage_bounds import StageBounds
-from triton_tts.stages import AcousticRunner, StageSettings, checked, refusal, send_as_done
-from triton_tts.tacotron import Tacotron2Runner
-from triton_tts.voice import Voice
+from triton_tts.contract.errors import RequestErrors, request_id
+from triton_tts.contract.voice import Voice
+from triton_tts.runtime.internal import Gate
+from triton_tts.runtime.request_options import input_array, required_input
+from triton_tts.runtime.stage_bounds import StageBounds
+from triton_tts.runtime.stages import AcousticRunner, StageSettings, checked, refusal, send_as_done
+from triton_tts.runtime.tacotron import Tacotron2Runner
 
 
 class TritonPythonModel:
@@ -42,7 +42,7 @@ class TritonPythonModel:
             self.runner = AcousticRunner.from_settings(settings)
         self.bounds = StageBounds.of(voice, settings)
         self.errors = RequestErrors(args["model_name"])
-        self.gate = Gate(args)  # the server's own chunks only (triton_tts/internal.py)
+        self.gate = Gate(args)  # the server's own chunks only (triton_tts/runtime/internal.py)
         self._refuse = refusal(self.errors, request_id, pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         pb_utils.Logger.log_info(
             f"acoustic: '{voice.name}' ({voice.family}), onnxruntime CPU, "

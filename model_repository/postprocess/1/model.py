@@ -16,12 +16,12 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from triton_tts.errors import RequestErrors, request_id
-from triton_tts.internal import Gate
-from triton_tts.request_options import input_array, required_input
+from triton_tts.contract.errors import RequestErrors, request_id
+from triton_tts.contract.validation import InvalidRequest, one_item
+from triton_tts.contract.voice import Voice
+from triton_tts.runtime.internal import Gate
+from triton_tts.runtime.request_options import input_array, required_input
 from triton_tts.text.words import word_times
-from triton_tts.validation import InvalidRequest, one_item
-from triton_tts.voice import Voice
 
 
 class TritonPythonModel:
@@ -30,7 +30,7 @@ class TritonPythonModel:
         voice = Voice.load(folder)
         self.hop, self.sample_rate = voice.hop_length, voice.sample_rate
         self.errors = RequestErrors(args["model_name"])
-        self.gate = Gate(args)  # the server's own chunks only (triton_tts/internal.py)
+        self.gate = Gate(args)  # the server's own chunks only (triton_tts/runtime/internal.py)
 
     def execute(self, requests: list[Any]) -> list[Any]:
         responses = []

@@ -1,14 +1,14 @@
 """Text -> the voice's ids, by the front-end of its language (one espeak pass per batch).
 
-Per request: read and check TEXT and the options (triton_tts.request_options), normalise
+Per request: read and check TEXT and the options (triton_tts.runtime.request_options), normalise
 (numbers, dates, units...; skipped when NORMALIZE is false, as for the chunks of a text
 ``tts`` / ``tts_stream`` normalised already), read it with the voice's front-end
 (triton_tts/text/reader.py: espeak-ng phonemes, or pinyin for Mandarin), map to the
 voice's ids, pad to a length bucket (so native GPU backends can batch different lengths),
 and turn SPEED / NOISE_* into the acoustic model's SCALES row. A chunk over the voice's
-budget (triton_tts/limits.py: phoneme ids, predicted frames) is refused, so no accepted
+budget (triton_tts/runtime/limits.py: phoneme ids, predicted frames) is refused, so no accepted
 request can pass a TensorRT profile. A bad request gets its own INVALID_ARG error, logged
-with its id (triton_tts.errors); its batch neighbours are unaffected.
+with its id (triton_tts.contract.errors); its batch neighbours are unaffected.
 """
 
 from __future__ import annotations
@@ -22,17 +22,17 @@ import numpy as np
 import numpy.typing as npt
 import triton_python_backend_utils as pb_utils
 
-from triton_tts.batching import bucket_length
-from triton_tts.config_parameters import string_parameters
-from triton_tts.errors import RequestErrors, request_id
-from triton_tts.internal import Gate
-from triton_tts.limits import ChunkLimits
-from triton_tts.request_options import read_options, read_text, voice_mix
-from triton_tts.styles import STYLES_FILE, StyleTable
+from triton_tts.contract.config_parameters import string_parameters
+from triton_tts.contract.errors import RequestErrors, request_id
+from triton_tts.contract.styles import STYLES_FILE, StyleTable
+from triton_tts.contract.validation import MAX_TEXT_CHARS, InvalidRequest, NothingToSay, check_timestamps
+from triton_tts.contract.voice import Voice
+from triton_tts.runtime.batching import bucket_length
+from triton_tts.runtime.internal import Gate
+from triton_tts.runtime.limits import ChunkLimits
+from triton_tts.runtime.request_options import read_options, read_text, voice_mix
 from triton_tts.text.marks import MARKS
 from triton_tts.text.reader import Reading, TextReader
-from triton_tts.validation import MAX_TEXT_CHARS, InvalidRequest, NothingToSay, check_timestamps
-from triton_tts.voice import Voice
 
 
 class _Accepted(NamedTuple):
@@ -68,7 +68,7 @@ class TritonPythonModel:
         self.pad_id = self.voice.padding_id
         self.limits = ChunkLimits.from_json(params["chunk_limits"])
         self.errors = RequestErrors(args["model_name"])
-        self.gate = Gate(args)  # the server's own chunks only (triton_tts/internal.py)
+        self.gate = Gate(args)  # the server's own chunks only (triton_tts/runtime/internal.py)
         # Word timestamps: this voice's configs carry them (its graph says its durations).
         self.timed = any(o["name"] == "WORD_INDEX" for o in config.get("output", []))
         pb_utils.Logger.log_info(

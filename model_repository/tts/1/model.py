@@ -6,15 +6,15 @@ with other traffic and memory stays bounded by the chunks in flight plus the aud
 itself. Chunks are joined with short fades where they meet; a one-chunk text comes back
 exactly as the ensemble made it. ``tts_stream`` delivers the same audio chunk by chunk.
 
-Each request is read and admitted (triton_tts.admission: refused at once when the work
+Each request is read and admitted (triton_tts.runtime.admission: refused at once when the work
 admitted ahead of it would make it wait past the budget) in ``execute``, which then
 returns: the answer goes through the request's response sender from a thread, so one
 instance takes any number of texts and a long one holds no short one back. A request
 its client cancels (gRPC) or its own ``timeout`` outlives starts no more chunks (see
-triton_tts.bls.Cancellation). An XTTS voice's text is admitted in the same ledger by its
+triton_tts.runtime.bls.Cancellation). An XTTS voice's text is admitted in the same ledger by its
 predicted work, then goes whole to its own model (triton_tts/xtts/forward.py). Outcomes
-and throughput go to Triton's metrics port (triton_tts.metrics); every error sent back is
-logged with the request's id (triton_tts.errors).
+and throughput go to Triton's metrics port (triton_tts.runtime.metrics); every error sent back is
+logged with the request's id (triton_tts.contract.errors).
 """
 
 from __future__ import annotations
@@ -29,8 +29,11 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from triton_tts.admission import AdmissionSettings, Ledger, Work
-from triton_tts.bls import (
+from triton_tts.client.voices import VoiceInfo
+from triton_tts.contract.config_parameters import string_parameters
+from triton_tts.contract.errors import RequestErrors, request_id
+from triton_tts.runtime.admission import AdmissionSettings, Ledger, Work
+from triton_tts.runtime.bls import (
     Cancellation,
     LongTextRequest,
     LongTextSettings,
@@ -41,10 +44,7 @@ from triton_tts.bls import (
     read_request,
     word_tensors,
 )
-from triton_tts.client.voices import VoiceInfo
-from triton_tts.config_parameters import string_parameters
-from triton_tts.errors import RequestErrors, request_id
-from triton_tts.metrics import TTSMetrics
+from triton_tts.runtime.metrics import TTSMetrics
 from triton_tts.xtts.forward import Demand, admit, forward, xtts_voice
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL

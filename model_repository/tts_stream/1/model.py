@@ -6,18 +6,18 @@ ensemble while earlier ones are being
 delivered. Every response carries AUDIO, SAMPLE_RATE, CHUNK_INDEX and IS_LAST; the final
 flag is always sent (from a ``finally``), also after an error, and a cancelled request
 (the client went away) or one its own ``timeout`` outlives stops before its next chunk
-(triton_tts.bls.Cancellation). A stream is admitted in ``execute`` while the listeners'
-real-time demand fits the server's capacity (triton_tts.admission), then runs in a
+(triton_tts.runtime.bls.Cancellation). A stream is admitted in ``execute`` while the listeners'
+real-time demand fits the server's capacity (triton_tts.runtime.admission), then runs in a
 thread; one that does not fit yet waits in the ledger's queue for room, in a thread, as
 long as its predicted wait fits its deadline (its ``max_wait_ms`` or ``timeout``, or the
 default wait), and is refused at once when it would not. Each stream is paced to playback
-(``lead_ms``, triton_tts.pacing): a later chunk starts when the audio sent leads the
-listener by less; its chunks go with priorities by deadline (triton_tts.bls.Senders,
-through triton_tts.loopback).
+(``lead_ms``, triton_tts.runtime.pacing): a later chunk starts when the audio sent leads the
+listener by less; its chunks go with priorities by deadline (triton_tts.runtime.bls.Senders,
+through triton_tts.runtime.loopback).
 ``finalize`` ends pacing and waits for streams in flight. The response
 sender is never touched after the final flag. Outcomes, throughput and first-chunk latency
-go to Triton's metrics port (triton_tts.metrics); every error sent back is logged with the
-request's id (triton_tts.errors).
+go to Triton's metrics port (triton_tts.runtime.metrics); every error sent back is logged with the
+request's id (triton_tts.contract.errors).
 """
 
 from __future__ import annotations
@@ -32,8 +32,11 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from triton_tts.admission import AdmissionSettings, Ledger, Refused, Work
-from triton_tts.bls import (
+from triton_tts.client.voices import VoiceInfo
+from triton_tts.contract.config_parameters import string_parameters
+from triton_tts.contract.errors import RequestErrors, request_id
+from triton_tts.runtime.admission import AdmissionSettings, Ledger, Refused, Work
+from triton_tts.runtime.bls import (
     Cancellation,
     LongTextRequest,
     LongTextSettings,
@@ -47,12 +50,9 @@ from triton_tts.bls import (
     read_request,
     word_tensors,
 )
-from triton_tts.client.voices import VoiceInfo
-from triton_tts.config_parameters import string_parameters
-from triton_tts.errors import RequestErrors, request_id
-from triton_tts.loopback import Loopback
-from triton_tts.metrics import TTSMetrics
-from triton_tts.pacing import Pacer, released_by_file
+from triton_tts.runtime.loopback import Loopback
+from triton_tts.runtime.metrics import TTSMetrics
+from triton_tts.runtime.pacing import Pacer, released_by_file
 from triton_tts.xtts.forward import Demand, admit, forward, xtts_voice
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -82,7 +82,7 @@ class TritonPythonModel:
             )
         self.settings = LongTextSettings.from_model_config(config)
         params = string_parameters(config)
-        # Admission by the listeners' demand (triton_tts/admission.py); every admitted
+        # Admission by the listeners' demand (triton_tts/runtime/admission.py); every admitted
         # stream has a thread, up to the safety bound max_streams.
         self.ledger = Ledger.from_environment(
             AdmissionSettings.from_parameters(params), args.get("model_repository", "")
@@ -354,7 +354,7 @@ class TritonPythonModel:
                     self.lock.notify_all()
 
     def finalize(self) -> None:
-        # serve drains streams before it stops Triton (triton_tts.server.drain); what is left
+        # serve drains streams before it stops Triton (triton_tts.ops.server.drain); what is left
         # gets a bounded wait, shorter than Triton's exit timeout, so that one stuck stream
         # cannot hold the unload (and the server's exit) past it. Paced streams send the
         # rest of their audio now.

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from triton_tts.intelligibility import add_gate_arguments
+from triton_tts.quality.intelligibility import add_gate_arguments
 
 PRECISIONS = ("fp32", "fp16", "int8")
 

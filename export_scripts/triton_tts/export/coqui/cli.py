@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 
+from triton_tts.contract.voice import Voice
 from triton_tts.export.coqui.arguments import add_arguments
 from triton_tts.export.coqui.export import export_coqui
 from triton_tts.export.coqui.loading import Loaded, load
 from triton_tts.export.precision_gate import GateRefused, read_report
-from triton_tts.intelligibility import gate_thresholds
-from triton_tts.voice import Voice
+from triton_tts.quality.intelligibility import gate_thresholds
 from triton_tts.xtts.card import XttsCard
 
 

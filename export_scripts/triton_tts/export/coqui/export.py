@@ -6,14 +6,14 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from triton_tts.contract.voice import VOCODER_FILE, VOCODER_UNPADDED_FILE, Voice
 from triton_tts.export.coqui.arguments import PRECISIONS
 from triton_tts.export.coqui.loading import Loaded
 from triton_tts.export.coqui.precision import convert_precision
 from triton_tts.export.coqui.registry import family_of
 from triton_tts.export.coqui.voice_description import voice_for
 from triton_tts.export.vocoder_graph import write_unpadded
-from triton_tts.intelligibility import GateThresholds
-from triton_tts.voice import VOCODER_FILE, VOCODER_UNPADDED_FILE, Voice
+from triton_tts.quality.intelligibility import GateThresholds
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 # LATENT frames are padded to a multiple of this (native GPU batching); decided there.
-from triton_tts.batching import FRAME_MULTIPLE
+from triton_tts.runtime.batching import FRAME_MULTIPLE
 
 
 def sequence_mask(lengths: torch.Tensor, max_len: torch.Tensor | int) -> torch.Tensor:

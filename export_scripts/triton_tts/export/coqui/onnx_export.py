@@ -15,9 +15,9 @@ import onnx
 import torch
 from torch import nn
 
+from triton_tts.contract.voice import ACOUSTIC_FILE, VOCODER_FILE, Voice
 from triton_tts.export.graph_surgery import cap_frames
-from triton_tts.limits import frame_budget
-from triton_tts.voice import ACOUSTIC_FILE, VOCODER_FILE, Voice
+from triton_tts.runtime.limits import frame_budget
 
 OPSET = 17
 ACOUSTIC_INPUTS = ["PHONEME_IDS", "PHONEME_LENGTH", "SCALES", "SPEAKER_ID"]

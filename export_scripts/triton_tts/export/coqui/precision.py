@@ -11,8 +11,8 @@ from pathlib import Path
 
 import onnx
 
-from triton_tts.intelligibility import GateThresholds
-from triton_tts.voice import Voice
+from triton_tts.contract.voice import Voice
+from triton_tts.quality.intelligibility import GateThresholds
 
 
 def half_precision(fp32_path: Path, fp16_path: Path) -> Path:

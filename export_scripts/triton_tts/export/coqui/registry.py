@@ -11,10 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from triton_tts.contract.voice import Voice
 from triton_tts.export.coqui import forward_tts, glow_tts, tacotron2, vits
 from triton_tts.export.coqui.loading import Loaded
 from triton_tts.export.coqui.onnx_export import Stages, export_stages
-from triton_tts.voice import Voice
 
 # Writes a family's ONNX files into the voice folder; returns the voice set up for them.
 Exporter = Callable[[Loaded, Path, Voice], Voice]

@@ -10,7 +10,7 @@ single traced graph cannot express, so the acoustic stage is split where the loo
   the recurrent and attention states, ENCODER_OUTPUTS, PROCESSED_INPUTS, MASK -> FRAMES[B,r,C]
   (r = the reduction factor), STOP[B] (stop probability) and ``NEW_<state>`` for each
   state. State inputs are every input that is not one of the four above; they start at
-  zeros and have shape [B, n] or [B, T] (see :mod:`triton_tts.tacotron`, which runs the loop).
+  zeros and have shape [B, n] or [B, T] (see :mod:`triton_tts.runtime.tacotron`, which runs the loop).
 - ``tacotron2_postnet.onnx``: MEL[B,C,F], FRAME_COUNT[B] -> POSTNET_MEL[B,C,F] (postnet
   output plus its input, as Coqui adds the residual; masked past each item's frames).
 
@@ -48,11 +48,11 @@ import torch
 from torch import nn
 from torch.nn import functional
 
+from triton_tts.contract.voice import VOCODER_FILE, Voice
 from triton_tts.export.coqui.loading import Loaded
 from triton_tts.export.coqui.mel_vocoder import mel_vocoder
 from triton_tts.export.coqui.onnx_export import VOCODER_AXES, export_module
-from triton_tts.tacotron import DECODER_STEP_FILE, ENCODER_FILE, POSTNET_FILE, STATIC_INPUTS
-from triton_tts.voice import VOCODER_FILE, Voice
+from triton_tts.runtime.tacotron import DECODER_STEP_FILE, ENCODER_FILE, POSTNET_FILE, STATIC_INPUTS
 
 # Decoder state names, in the step's input order (outputs are "NEW_" + name).
 QUERY_STATES = ("QUERY_HIDDEN", "QUERY_CELL")

@@ -3,8 +3,8 @@ audio facts, read from Coqui's tokenizer and configs."""
 
 from __future__ import annotations
 
+from triton_tts.contract.voice import Voice
 from triton_tts.export.coqui.loading import Loaded
-from triton_tts.voice import Voice
 
 
 def voice_for(loaded: Loaded, name: str, noise_scale: float = 0.0, noise_w: float = 0.0) -> Voice:
