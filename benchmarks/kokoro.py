@@ -434,8 +434,9 @@ def reference(args: argparse.Namespace, texts: list[str], paragraph: str, thread
 def served(args: argparse.Namespace, texts: list[str], paragraph: str) -> dict[str, Any]:
     """triton-tts's own server (shipped options) serving kokoro and joe; gRPC clients."""
     from triton_tts.client import TTSClient
+    from triton_tts.ops.lifecycle import requests_in_flight
     from triton_tts.ops.repository import ensure_default_voice
-    from triton_tts.ops.server import default_voice_server, requests_in_flight
+    from triton_tts.ops.server import default_voice_server
     from triton_tts.ops.watchdog import stub_instances
 
     if not (KOKORO_VOICE / "voice.json").exists():

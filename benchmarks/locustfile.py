@@ -13,9 +13,7 @@ A server with an API key: ``--api-key KEY`` or env TRITON_TTS_API_KEY.
 from __future__ import annotations
 
 import random
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import grpc.experimental.gevent as grpc_gevent
@@ -23,10 +21,9 @@ from locust import User, between, events, task
 
 grpc_gevent.init_gevent()  # gRPC's C core cooperates with Locust's gevent loop
 
-# Locust loads this file by its path and puts only its folder (benchmarks/) on sys.path;
-# the sample texts are the checkout's (testkit/, never in the wheel), one folder up.
-sys.path.append(str(Path(__file__).resolve().parent.parent))
-
+# The sample texts are the checkout's package testkit (never in the wheel): the editable
+# install puts the checkout's root on sys.path, where Locust, loading this file by its path,
+# finds it as any other package.
 from testkit.sample_texts import PARAGRAPH  # noqa: E402
 from triton_tts.client import TTSClient, TTSError  # noqa: E402 - after init_gevent
 

@@ -33,7 +33,7 @@ from benchmarks.stamp import stamp, write_report
 from testkit.sample_texts import PARAGRAPH
 from triton_tts.client import TTSClient
 from triton_tts.client.tts_client import env_api_key
-from triton_tts.ops.server import key_headers
+from triton_tts.ops.keys import key_headers
 
 log = logging.getLogger("perf")
 

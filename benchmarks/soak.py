@@ -69,8 +69,10 @@ import numpy.typing as npt
 from benchmarks.stamp import stamp, write_report
 from testkit.sample_texts import PARAGRAPH, SENTENCES
 from triton_tts.client.tts_client import NO_RETRIES, RequestRejected, RetryPolicy, ServerBusy, TTSClient
+from triton_tts.ops.lifecycle import supervised
 from triton_tts.ops.repository import build_repository, ensure_default_voice
-from triton_tts.ops.server import GATE_MODEL, TritonServer, free_port, supervised
+from triton_tts.ops.server import TritonServer, free_port
+from triton_tts.ops.startup_gate import GATE_MODEL
 from triton_tts.ops.watchdog import Watchdog, model_of, stub_instances
 
 log = logging.getLogger("soak")

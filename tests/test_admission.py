@@ -548,7 +548,7 @@ def test_the_gpu_check_reports_what_admission_takes_of_a_gpu() -> None:
 def test_stream_chunks_are_ordered_by_deadline() -> None:
     """First chunks first; then the less audio a listener has left, the sooner; texts (the
     default level, which BLS requests get) last, below a stream however far ahead."""
-    from triton_tts.runtime.admission import DEFAULT_PRIORITY, FIRST_CHUNK_PRIORITY, chunk_priority
+    from triton_tts.runtime.priorities import DEFAULT_PRIORITY, FIRST_CHUNK_PRIORITY, chunk_priority
 
     levels = [chunk_priority(1, lead) for lead in (0.5, 2.0, 3.0, 6.0, 30.0)]
     assert chunk_priority(0, 30.0) == FIRST_CHUNK_PRIORITY < levels[0]

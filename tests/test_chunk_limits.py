@@ -108,7 +108,7 @@ def test_the_worst_accepted_chunk_fits_the_engines(built: Path, voice, phonemize
             chunk = queue.pop(0)
             ids = phoneme_ids(chunk, voice, phonemizer)
             if voice_limits.refusal(len(ids), speed, noise_w):
-                queue[:0] = halves(chunk)  # as bls.synthesize_chunk does
+                queue[:0] = halves(chunk)  # as long_text.send.synthesize_chunk does
                 continue
             accepted.append(ids)
         assert accepted, (speed, noise_w)

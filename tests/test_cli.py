@@ -150,6 +150,7 @@ def test_bugs_keep_their_traceback_and_v_shows_expected_ones(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, voice_dir: Path
 ) -> None:
     from triton_tts import cli
+    from triton_tts.cli.options import UserError
     from triton_tts.ops import repository
 
     def broken(*args: object, **kwargs: object) -> None:
@@ -163,7 +164,7 @@ def test_bugs_keep_their_traceback_and_v_shows_expected_ones(
     a_file = tmp_path / "a_file"
     a_file.touch()
     assert cli.main(["build-repo", "--out", str(a_file)]) == 1
-    with pytest.raises(cli.UserError, match="is a file"):
+    with pytest.raises(UserError, match="is a file"):
         cli.main(["-v", "build-repo", "--out", str(a_file)])
 
 
@@ -252,7 +253,8 @@ KNOWN_BUILD_FLAGS = {
 
 def test_build_flags_are_the_build_options_with_their_bounds(capsys: pytest.CaptureFixture[str]) -> None:
     from triton_tts.build.model_configs import BuildOptions
-    from triton_tts.cli import build_options, build_parser
+    from triton_tts.cli import build_parser
+    from triton_tts.cli.options import build_options
 
     parser = build_parser()
     assert build_options(parser.parse_args(["build-repo"])) == BuildOptions()

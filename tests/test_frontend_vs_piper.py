@@ -41,7 +41,7 @@ from tests.helpers import tts_inputs
 from triton_tts.contract.voice import PIPER_PHONEMES, Voice
 from triton_tts.export.piper import bundled_joe_paths
 from triton_tts.ops.server import TritonServer
-from triton_tts.text import normalize
+from triton_tts.text import english_patterns, normalize
 from triton_tts.text.normalize import normalize_english
 from triton_tts.text.phonemize import EspeakPhonemizer
 
@@ -219,7 +219,7 @@ def normalized_with_categories(text: str) -> tuple[str, set[str]]:
     steps = {_step(name): category for name, category in STEP_CATEGORIES.items()}
     cleaned = normalize._clean_characters(text)
     categories = {"characters"} if cleaned != text else set()
-    has_digits = normalize._ASCII_DIGIT.search(cleaned) is not None
+    has_digits = english_patterns.ASCII_DIGIT.search(cleaned) is not None
     spoken = cleaned
     for rewrite in normalize._REWRITES:
         if has_digits or not rewrite.needs_digits:
@@ -227,7 +227,7 @@ def normalized_with_categories(text: str) -> tuple[str, set[str]]:
             if rewritten != spoken:
                 categories.add(steps[rewrite.pattern])
                 spoken = rewritten
-    spoken = normalize._WHITESPACE.sub(" ", spoken).strip()
+    spoken = english_patterns.WHITESPACE.sub(" ", spoken).strip()
     assert spoken == normalize_english(text)
     return spoken, categories
 

@@ -49,7 +49,8 @@ from triton_tts.contract.validation import MAX_SPEED, MIN_SPEED
 from triton_tts.gateway import audio
 from triton_tts.gateway.errors import from_tts_error
 from triton_tts.gateway.settings import GatewaySettings
-from triton_tts.ops.server import TritonServer, free_port, requests_in_flight
+from triton_tts.ops.lifecycle import requests_in_flight
+from triton_tts.ops.server import TritonServer, free_port
 from triton_tts.quality.intelligibility import transcribe, word_error_rate
 
 pytestmark = pytest.mark.server  # its own servers (module fixtures)

@@ -32,7 +32,8 @@ from tests.test_gateway import (
     sdk,
 )
 from triton_tts.gateway import audio
-from triton_tts.ops.server import TritonServer, requests_in_flight
+from triton_tts.ops.lifecycle import requests_in_flight
+from triton_tts.ops.server import TritonServer
 from triton_tts.quality.intelligibility import transcribe, word_error_rate
 
 pytestmark = pytest.mark.server  # one test starts its own gateway

@@ -27,7 +27,8 @@ from tests.helpers import (
     wait_until,
 )
 from triton_tts.client import TTSClient
-from triton_tts.ops.server import TritonServer, requests_in_flight
+from triton_tts.ops.lifecycle import requests_in_flight
+from triton_tts.ops.server import TritonServer
 
 TEXT = "Thanks for calling. Your order has shipped, and it should arrive on Thursday before noon."
 LONG_COPIES = 6

@@ -284,7 +284,8 @@ def test_the_charts_build_command_is_the_clis_and_its_defaults_are_the_products(
     """The init container's build-repo line parses with the real CLI, and with the chart's
     default values it builds exactly the default BuildOptions."""
     from triton_tts.build.model_configs import BuildOptions
-    from triton_tts.cli import build_options, build_parser
+    from triton_tts.cli import build_parser
+    from triton_tts.cli.options import build_options
 
     assert build_options(build_parser().parse_args(build_line(render(helm)))) == BuildOptions()
 
@@ -305,7 +306,8 @@ def test_every_chart_build_value_reaches_the_build(helm: Path, tmp_path: Path) -
     """Each value set away from its default arrives as that value (flag names, lists, big
     numbers: Helm reads numbers as floats, and 3e+07 would not parse)."""
     from triton_tts.build.model_configs import build_option_fields
-    from triton_tts.cli import build_options, build_parser
+    from triton_tts.cli import build_parser
+    from triton_tts.cli.options import build_options
 
     changed: dict[str, Any] = {}
     for option in build_option_fields():
@@ -1085,7 +1087,8 @@ def test_lexicons_reach_the_build_as_files_of_a_configmap(helm: Path, tmp_path: 
     """values.lexicons: a ConfigMap of files mounted into the export step, each passed to
     build-repo as --lexicon LANG=FILE; the files as the pod sees them load as lexicons, and
     the build line parses with the real CLI into those lexicons."""
-    from triton_tts.cli import build_options, build_parser
+    from triton_tts.cli import build_parser
+    from triton_tts.cli.options import build_options
 
     values = tmp_path / "lexicons.yaml"
     values.write_text(

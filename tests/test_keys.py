@@ -33,7 +33,8 @@ from tritonclient.utils import InferenceServerException
 from tests.helpers import tts_inputs, wait_until
 from tests.test_lifecycle import Serve
 from triton_tts.client import TTSClient, Unauthorized, auth_headers
-from triton_tts.ops.server import free_port, key_headers
+from triton_tts.ops.keys import key_headers
+from triton_tts.ops.server import free_port
 
 pytestmark = pytest.mark.server  # its own servers (module fixtures)
 
@@ -338,11 +339,11 @@ def cmdline_of(pid: int) -> list[str]:
 
 
 def test_a_user_without_root_gets_a_private_shm_too() -> None:
-    """What serve does for tritonserver (triton_tts.ops.server._dies_with_parent), done for a
+    """What serve does for tritonserver (triton_tts.ops.process.dies_with_parent), done for a
     process of another, unprivileged user: its region, made 0644 as the Python backend
     makes them, lands in a /dev/shm of its own (a user namespace maps the user to itself),
     not in the machine's, and its files are 0600 (umask 077)."""
-    from triton_tts.ops.server import _dies_with_parent
+    from triton_tts.ops.process import dies_with_parent
 
     name = f"triton_tts_probe_{uuid.uuid4().hex}"
     written = Path("/tmp") / name  # a folder the other user may write in
@@ -354,7 +355,7 @@ def test_a_user_without_root_gets_a_private_shm_too() -> None:
             f"/dev/shm/{name}", str(written),
         ],
         user=OTHER_USER, group=OTHER_USER, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        preexec_fn=_dies_with_parent(os.getpid(), False),  # noqa: PLW1509 - as serve starts tritonserver
+        preexec_fn=dies_with_parent(os.getpid(), False),  # noqa: PLW1509 - as serve starts tritonserver
     )  # fmt: skip
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == str(OTHER_USER)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
+import openai
 import pytest
 from openai import OpenAI
 
@@ -291,6 +292,10 @@ def test_the_gateway_takes_mixes_speakers_and_openai_names(client: TTSClient, ga
 
     alloy = pcm("alloy")  # OpenAI's name: Kokoro's af_alloy
     assert alloy == pcm("kokoro.af_alloy") == pcm("kokoro:af_alloy")
+    # a speaker's name alone, as Kokoro's own servers take it: the first voice that has it
+    assert pcm("af_alloy") == alloy and pcm("bm_george") != alloy
+    with pytest.raises(openai.BadRequestError, match="unknown voice 'zz_nobody'"):
+        pcm("zz_nobody")
     mixed = pcm("af_bella:0.7+af_sky:0.3")
     assert mixed == pcm("kokoro:af_bella:0.7+af_sky:0.3") == pcm(STORED_MIX)
     direct = client.synthesize("Good morning.", voice="kokoro", voice_mix="af_bella:0.7+af_sky:0.3")

@@ -37,8 +37,8 @@ from tests.helpers import (
     wait_until,
 )
 from triton_tts.build.model_configs import parse
+from triton_tts.ops.keys import ADMIN_HEADER
 from triton_tts.ops.server import READY_TIMEOUT_S, TritonServer, free_port
-from triton_tts.ops.watchdog import ADMIN_HEADER
 
 pytestmark = pytest.mark.server  # its own servers (module fixtures)
 

@@ -159,7 +159,8 @@ def test_a_long_word_in_a_sentence_is_cut_and_its_neighbours_kept() -> None:
 
 
 def test_halves_cut_a_long_word_inside_a_text_at_a_safe_point() -> None:
-    """A chunk preprocess refuses (too many phoneme ids) is said in halves (bls)."""
+    """A chunk preprocess refuses (too many phoneme ids) is said in halves
+    (long_text.send.synthesize_chunk)."""
     assert halves("see alpha-beta-gamma-delta-epsilon now") == [
         "see",
         "alpha-beta-gamma-",

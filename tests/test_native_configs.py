@@ -267,7 +267,11 @@ PB_UTILS = "triton_python_backend_utils"
 BINDS_PB_UTILS = (
     "triton_tts.runtime.request_options",
     "triton_tts.contract.errors",
-    "triton_tts.runtime.bls",
+    "triton_tts.runtime.long_text",
+    "triton_tts.runtime.long_text.ending",
+    "triton_tts.runtime.long_text.request",
+    "triton_tts.runtime.long_text.send",
+    "triton_tts.runtime.long_text.deliver",
 )
 
 

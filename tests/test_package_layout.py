@@ -158,7 +158,7 @@ def test_serving_imports_no_export_code() -> None:
     assert {
         "triton_tts.ops.server",
         "triton_tts.runtime.stages",
-        "triton_tts.runtime.bls",
+        "triton_tts.runtime.long_text",
         "triton_tts.cli",
     } <= set(serving)
     for module in serving:

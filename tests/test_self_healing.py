@@ -23,9 +23,11 @@ from tritonclient.utils import InferenceServerException
 
 from tests.helpers import tts_inputs, wait_until
 from triton_tts.client import auth_headers
+from triton_tts.ops.keys import ADMIN_HEADER
+from triton_tts.ops.lifecycle import supervised
 from triton_tts.ops.repository import build_repository
-from triton_tts.ops.server import TritonServer, free_port, supervised
-from triton_tts.ops.watchdog import ADMIN_HEADER, Watchdog, model_of, stub_instances
+from triton_tts.ops.server import TritonServer, free_port
+from triton_tts.ops.watchdog import Watchdog, model_of, stub_instances
 
 pytestmark = pytest.mark.server  # its own servers (module fixtures)
 

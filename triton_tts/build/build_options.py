@@ -2,7 +2,7 @@
 
 triton_tts/build/model_configs.py renders them into every ``config.pbtxt``. Each option is
 declared here once, with its help and bounds, so the ``triton-tts`` flags
-(triton_tts/cli.py) and the Helm chart's ``build.*`` values (tests/test_helm_chart.py)
+(triton_tts/cli/options.py) and the Helm chart's ``build.*`` values (tests/test_helm_chart.py)
 cannot drift apart. Why each default is what it is, with the measurements behind it:
 docs/performance.md, "How the shipped defaults were chosen".
 """
@@ -78,7 +78,7 @@ def option(
     pattern: str | None = None,
 ) -> _T:
     """A build option, declared once: ``triton-tts build-repo``/``serve`` take it as
-    ``--field-name`` (flags generated in triton_tts/cli.py) and the Helm chart as
+    ``--field-name`` (flags generated in triton_tts/cli/options.py) and the Helm chart as
     ``build.fieldName`` (tests/test_helm_chart.py holds the chart's values and schema to
     this declaration). ``minimum``/``maximum`` bound an integer (each item of a tuple),
     ``pattern`` a string; the CLI and the chart's schema both enforce them."""

@@ -34,8 +34,6 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from triton_tts.runtime.admission import DEFAULT_PRIORITY, FIRST_CHUNK_PRIORITY
-from triton_tts.runtime.batching import FRAME_MULTIPLE
 from triton_tts.build.build_options import (
     DEFAULT_CHUNK_LIMITS,
     THREADS,
@@ -43,10 +41,21 @@ from triton_tts.build.build_options import (
     VoiceModels,
     build_option_fields,
 )
-from triton_tts.runtime.chunking import FIRST_CHUNK_CHARS
+from triton_tts.build.config_parts import (
+    add_instances,
+    add_tensor,
+    add_warmup_file,
+    new_config,
+    set_parameters,
+    set_priorities,
+    set_queue_policy,
+)
 from triton_tts.client.voices import CHUNK_MODEL, VOICE_SEPARATOR, VoiceInfo
-from triton_tts.runtime.onnx_graph import Tensor, graph_tensors
 from triton_tts.contract.styles import STYLE_WIDTH
+from triton_tts.runtime.batching import FRAME_MULTIPLE
+from triton_tts.runtime.chunking import FIRST_CHUNK_CHARS
+from triton_tts.runtime.onnx_graph import Tensor, graph_tensors
+from triton_tts.runtime.priorities import FIRST_CHUNK_PRIORITY
 from triton_tts.xtts import defaults as xtts_defaults
 from triton_tts.xtts import graphs as xtts_graphs
 
@@ -74,75 +83,6 @@ WARMUP_IDS_LENGTH = 64  # length of the acoustic warm-up PHONEME_IDS file
 WARMUP_FRAMES = 128
 
 
-def _tensor(
-    container: object,
-    name: str,
-    dtype: int,
-    dims: list[int],
-    *,
-    optional: bool = False,
-    ragged: bool = False,
-    reshape: list[int] | None = None,
-) -> None:
-    t = container.add()  # type: ignore[attr-defined]
-    t.name = name
-    t.data_type = dtype
-    t.dims.extend(dims)
-    if optional:
-        t.optional = True
-    if ragged:
-        t.allow_ragged_batch = True
-    if reshape is not None:
-        t.reshape.SetInParent()
-        t.reshape.shape.extend(reshape)
-
-
-def _base(name: str, opts: BuildOptions, backend: str = "python") -> mc.ModelConfig:
-    config = mc.ModelConfig(name=name, backend=backend, max_batch_size=opts.max_batch_size)
-    return config
-
-
-def _instances(config: mc.ModelConfig, count: int, gpu: bool) -> None:
-    group = config.instance_group.add()
-    group.count = count
-    group.kind = mc.ModelInstanceGroup.KIND_GPU if gpu else mc.ModelInstanceGroup.KIND_CPU
-
-
-def _params(config: mc.ModelConfig, **values: str) -> None:
-    for key, value in values.items():
-        config.parameters[key].string_value = value
-
-
-# Priority levels of the stages' dynamic batchers: triton_tts/runtime/admission.py says why.
-
-
-def _priorities(config: mc.ModelConfig) -> None:
-    """Every level; Triton bounds each level's queue by the queue policy on its own."""
-    config.dynamic_batching.priority_levels = DEFAULT_PRIORITY
-    config.dynamic_batching.default_priority_level = DEFAULT_PRIORITY
-
-
-def _queue_policy(config: mc.ModelConfig, max_queue_size: int, timeout_us: int = 0) -> None:
-    """Refuse at once (UNAVAILABLE: HTTP 503, gRPC UNAVAILABLE) a request that finds
-    ``max_queue_size`` waiting (0: no bound), and one still queued after ``timeout_us``
-    (0: never; else a client's own shorter timeout applies)."""
-    policy = config.dynamic_batching.default_queue_policy
-    policy.max_queue_size = max_queue_size
-    policy.timeout_action = mc.ModelQueuePolicy.REJECT
-    policy.default_timeout_microseconds = timeout_us
-    policy.allow_timeout_override = timeout_us > 0
-
-
-def _warmup_file(config: mc.ModelConfig, sample: str, inputs: dict[str, tuple[int, list[int]]]) -> None:
-    warmup = config.model_warmup.add()
-    warmup.name = sample
-    warmup.batch_size = 1
-    for name, (dtype, dims) in inputs.items():
-        warmup.inputs[name].data_type = dtype
-        warmup.inputs[name].dims.extend(dims)
-        warmup.inputs[name].input_data_file = name
-
-
 TEXT_INPUTS: list[tuple[str, int]] = [
     ("SPEED", mc.TYPE_FP32),
     ("SPEAKER_ID", mc.TYPE_INT64),
@@ -157,31 +97,31 @@ TEXT_INPUTS: list[tuple[str, int]] = [
 
 def _word_outputs(config: mc.ModelConfig) -> None:
     """A text model's word timestamps: the words as written, [start, end] seconds each."""
-    _tensor(config.output, "WORDS", mc.TYPE_STRING, [-1])
-    _tensor(config.output, "WORD_TIMES", mc.TYPE_FP32, [-1, 2])
+    add_tensor(config.output, "WORDS", mc.TYPE_STRING, [-1])
+    add_tensor(config.output, "WORD_TIMES", mc.TYPE_FP32, [-1, 2])
 
 
 def preprocess(opts: BuildOptions, voice: VoiceModels) -> mc.ModelConfig:
-    config = _base(voice.model("preprocess"), opts)
-    _tensor(config.input, "TEXT", mc.TYPE_STRING, [1])
+    config = new_config(voice.model("preprocess"), opts)
+    add_tensor(config.input, "TEXT", mc.TYPE_STRING, [1])
     for name, dtype in TEXT_INPUTS:
-        _tensor(config.input, name, dtype, [1], optional=True)
-    _tensor(config.output, "PHONEME_IDS", mc.TYPE_INT64, [-1])
-    _tensor(config.output, "PHONEME_LENGTH", mc.TYPE_INT64, [1])
-    _tensor(config.output, "SCALES", mc.TYPE_FP32, [3])
-    _tensor(config.output, "SAMPLE_RATE", mc.TYPE_INT32, [1])
-    _tensor(config.output, "SPEAKER_ID", mc.TYPE_INT64, [1])
+        add_tensor(config.input, name, dtype, [1], optional=True)
+    add_tensor(config.output, "PHONEME_IDS", mc.TYPE_INT64, [-1])
+    add_tensor(config.output, "PHONEME_LENGTH", mc.TYPE_INT64, [1])
+    add_tensor(config.output, "SCALES", mc.TYPE_FP32, [3])
+    add_tensor(config.output, "SAMPLE_RATE", mc.TYPE_INT32, [1])
+    add_tensor(config.output, "SPEAKER_ID", mc.TYPE_INT64, [1])
     if voice.style:  # the speaker's (or mix's) style row for the text's token count
-        _tensor(config.output, "STYLE", mc.TYPE_FP32, [STYLE_WIDTH])
+        add_tensor(config.output, "STYLE", mc.TYPE_FP32, [STYLE_WIDTH])
     if voice.served.timestamps:  # the words (as written) and which word each id says
-        _tensor(config.output, "WORDS", mc.TYPE_STRING, [-1])
-        _tensor(config.output, "WORD_INDEX", mc.TYPE_INT32, [-1])
+        add_tensor(config.output, "WORDS", mc.TYPE_STRING, [-1])
+        add_tensor(config.output, "WORD_INDEX", mc.TYPE_INT32, [-1])
     config.dynamic_batching.max_queue_delay_microseconds = opts.queue_delay_us // 2
-    _queue_policy(config, opts.stage_queue_size)
-    _priorities(config)
-    _instances(config, opts.preprocess_instances, gpu=False)  # espeak-ng is CPU-only
-    _params(config, chunk_limits=voice.chunk_limits)
-    _warmup_file(config, "sentence", {"TEXT": (mc.TYPE_STRING, [1])})
+    set_queue_policy(config, opts.stage_queue_size)
+    set_priorities(config)
+    add_instances(config, opts.preprocess_instances, gpu=False)  # espeak-ng is CPU-only
+    set_parameters(config, chunk_limits=voice.chunk_limits)
+    add_warmup_file(config, "sentence", {"TEXT": (mc.TYPE_STRING, [1])})
     return config
 
 
@@ -193,16 +133,16 @@ def _onnx_stage(
 ) -> mc.ModelConfig:
     """What the acoustic and vocoder configs share: backend, batching, instances."""
     native = variant != "cpu"
-    config = _base(name, opts, BACKENDS[variant])
+    config = new_config(name, opts, BACKENDS[variant])
     _batching(config, opts, native)
     if not native:
-        _instances(config, cpu_instances, gpu=False)
-        _params(config, **cpu_params)
+        add_instances(config, cpu_instances, gpu=False)
+        set_parameters(config, **cpu_params)
         return config
     config.default_model_filename = "model.plan" if variant == "tensorrt" else "model.onnx"
-    _instances(config, opts.gpu_instances, gpu=True)
+    add_instances(config, opts.gpu_instances, gpu=True)
     if variant == "gpu":
-        _params(config, cudnn_conv_algo_search="1")  # heuristic: no search per new shape
+        set_parameters(config, cudnn_conv_algo_search="1")  # heuristic: no search per new shape
     return config
 
 
@@ -224,27 +164,29 @@ def acoustic(opts: BuildOptions, voice: VoiceModels, variant: str = "cpu") -> mc
         },
     )
     if variant != "cpu" and not native:
-        _params(config, pad_latent_frames=str(FRAME_MULTIPLE))  # read by triton_tts/runtime/tacotron.py
+        set_parameters(
+            config, pad_latent_frames=str(FRAME_MULTIPLE)
+        )  # read by triton_tts/runtime/tacotron.py
     # Python backend: ragged batch, the model pads. Native: equal shapes from the buckets.
-    _tensor(config.input, "PHONEME_IDS", mc.TYPE_INT64, [-1], ragged=not native)
-    _tensor(config.input, "PHONEME_LENGTH", mc.TYPE_INT64, [1], reshape=[] if native else None)
-    _tensor(config.input, "SCALES", mc.TYPE_FP32, [3])
+    add_tensor(config.input, "PHONEME_IDS", mc.TYPE_INT64, [-1], ragged=not native)
+    add_tensor(config.input, "PHONEME_LENGTH", mc.TYPE_INT64, [1], reshape=[] if native else None)
+    add_tensor(config.input, "SCALES", mc.TYPE_FP32, [3])
     warmup: dict[str, tuple[int, list[int]]] = {
         "PHONEME_IDS": (mc.TYPE_INT64, [WARMUP_IDS_LENGTH]),
         "PHONEME_LENGTH": (mc.TYPE_INT64, [1]),
         "SCALES": (mc.TYPE_FP32, [3]),
     }
     if voice.acoustic_speaker:
-        _tensor(config.input, "SPEAKER_ID", mc.TYPE_INT64, [1], reshape=[] if native else None)
+        add_tensor(config.input, "SPEAKER_ID", mc.TYPE_INT64, [1], reshape=[] if native else None)
         warmup["SPEAKER_ID"] = (mc.TYPE_INT64, [1])
     if voice.style:
-        _tensor(config.input, "STYLE", mc.TYPE_FP32, [STYLE_WIDTH])
+        add_tensor(config.input, "STYLE", mc.TYPE_FP32, [STYLE_WIDTH])
         warmup["STYLE"] = (mc.TYPE_FP32, [STYLE_WIDTH])
-    _tensor(config.output, "LATENT", mc.TYPE_FP32, [-1, -1])
-    _tensor(config.output, "FRAME_COUNT", mc.TYPE_INT64, [1], reshape=[] if native else None)
+    add_tensor(config.output, "LATENT", mc.TYPE_FP32, [-1, -1])
+    add_tensor(config.output, "FRAME_COUNT", mc.TYPE_INT64, [1], reshape=[] if native else None)
     if voice.served.timestamps:
-        _tensor(config.output, "DURATIONS", mc.TYPE_FP32, [-1])  # frames per id
-    _warmup_file(config, "sentence", warmup)
+        add_tensor(config.output, "DURATIONS", mc.TYPE_FP32, [-1])  # frames per id
+    add_warmup_file(config, "sentence", warmup)
     return config
 
 
@@ -269,10 +211,10 @@ def vocoder(opts: BuildOptions, voice: VoiceModels, variant: str = "cpu") -> mc.
     # exactly and the acoustic graphs leave channels symbolic); Triton's ensemble accepts
     # a -1 feeding a fixed dim and checks the real shape per request.
     channels = voice.latent_channels if native else -1
-    _tensor(config.input, "LATENT", mc.TYPE_FP32, [channels, -1], ragged=not native)
+    add_tensor(config.input, "LATENT", mc.TYPE_FP32, [channels, -1], ragged=not native)
     if voice.vocoder_speaker:
-        _tensor(config.input, "SPEAKER_ID", mc.TYPE_INT64, [1], reshape=[] if native else None)
-    _tensor(config.output, "WAVEFORM", mc.TYPE_FP32, [-1])
+        add_tensor(config.input, "SPEAKER_ID", mc.TYPE_INT64, [1], reshape=[] if native else None)
+    add_tensor(config.output, "WAVEFORM", mc.TYPE_FP32, [-1])
     if native and voice.max_items == 1:  # a graph of batch 1: a native backend runs items alone
         config.max_batch_size = 1
         del config.dynamic_batching.preferred_batch_size[:]
@@ -302,25 +244,25 @@ def _batching(config: mc.ModelConfig, opts: BuildOptions, native: bool) -> None:
         # size is always kept, so each free instance takes the next request in priority order.
         delay = 0 if opts.cpu_preferred_batch_sizes else opts.queue_delay_us
         config.dynamic_batching.max_queue_delay_microseconds = delay
-    _queue_policy(config, opts.stage_queue_size)
-    _priorities(config)
+    set_queue_policy(config, opts.stage_queue_size)
+    set_priorities(config)
 
 
 def postprocess(opts: BuildOptions, voice: VoiceModels) -> mc.ModelConfig:
-    config = _base(voice.model("postprocess"), opts)
-    _tensor(config.input, "WAVEFORM", mc.TYPE_FP32, [-1], ragged=True)
-    _tensor(config.input, "FRAME_COUNT", mc.TYPE_INT64, [1])
-    _tensor(config.input, "SAMPLE_RATE", mc.TYPE_INT32, [1])
-    _tensor(config.output, "AUDIO", mc.TYPE_FP32, [-1])
-    _tensor(config.output, "SAMPLE_RATE", mc.TYPE_INT32, [1])
+    config = new_config(voice.model("postprocess"), opts)
+    add_tensor(config.input, "WAVEFORM", mc.TYPE_FP32, [-1], ragged=True)
+    add_tensor(config.input, "FRAME_COUNT", mc.TYPE_INT64, [1])
+    add_tensor(config.input, "SAMPLE_RATE", mc.TYPE_INT32, [1])
+    add_tensor(config.output, "AUDIO", mc.TYPE_FP32, [-1])
+    add_tensor(config.output, "SAMPLE_RATE", mc.TYPE_INT32, [1])
     if voice.served.timestamps:
         # Optional: a direct call (the server's own) may leave the words out.
-        _tensor(config.input, "DURATIONS", mc.TYPE_FP32, [-1], ragged=True, optional=True)
-        _tensor(config.input, "WORD_INDEX", mc.TYPE_INT32, [-1], ragged=True, optional=True)
-        _tensor(config.output, "WORD_TIMES", mc.TYPE_FP32, [-1, 2])
+        add_tensor(config.input, "DURATIONS", mc.TYPE_FP32, [-1], ragged=True, optional=True)
+        add_tensor(config.input, "WORD_INDEX", mc.TYPE_INT32, [-1], ragged=True, optional=True)
+        add_tensor(config.output, "WORD_TIMES", mc.TYPE_FP32, [-1, 2])
     config.dynamic_batching.max_queue_delay_microseconds = opts.queue_delay_us // 4
-    _priorities(config)
-    _instances(config, 1, gpu=False)
+    set_priorities(config)
+    add_instances(config, 1, gpu=False)
     return config
 
 
@@ -386,11 +328,11 @@ def ensemble(opts: BuildOptions, voice: VoiceModels) -> mc.ModelConfig:
     config = mc.ModelConfig(
         name=voice.model(CHUNK_MODEL), platform="ensemble", max_batch_size=opts.max_batch_size
     )
-    _tensor(config.input, "TEXT", mc.TYPE_STRING, [1])
+    add_tensor(config.input, "TEXT", mc.TYPE_STRING, [1])
     for name, dtype in TEXT_INPUTS:
-        _tensor(config.input, name, dtype, [1], optional=True)
-    _tensor(config.output, "AUDIO", mc.TYPE_FP32, [-1])
-    _tensor(config.output, "SAMPLE_RATE", mc.TYPE_INT32, [1])
+        add_tensor(config.input, name, dtype, [1], optional=True)
+    add_tensor(config.output, "AUDIO", mc.TYPE_FP32, [-1])
+    add_tensor(config.output, "SAMPLE_RATE", mc.TYPE_INT32, [1])
     if voice.served.timestamps:
         _word_outputs(config)
     for model, inputs, outputs in _steps(voice):
@@ -403,36 +345,36 @@ def ensemble(opts: BuildOptions, voice: VoiceModels) -> mc.ModelConfig:
 
 
 def _long_text(name: str, opts: BuildOptions, streaming: bool) -> mc.ModelConfig:
-    config = _base(name, opts)
-    _tensor(config.input, "TEXT", mc.TYPE_STRING, [1])
+    config = new_config(name, opts)
+    add_tensor(config.input, "TEXT", mc.TYPE_STRING, [1])
     for input_name, dtype in TEXT_INPUTS:
-        _tensor(config.input, input_name, dtype, [1], optional=True)
+        add_tensor(config.input, input_name, dtype, [1], optional=True)
     # "text", "ssml" or "auto" (SSML when TEXT starts with <speak): tts and tts_stream read
     # SSML (triton_tts/text/ssml.py) and send its chunks as text.
-    _tensor(config.input, "TEXT_FORMAT", mc.TYPE_STRING, [1], optional=True)
+    add_tensor(config.input, "TEXT_FORMAT", mc.TYPE_STRING, [1], optional=True)
     # This request's pronunciations, a JSON object {"word": "phonemes"} over the voice's
     # lexicon (triton_tts/text/pronounce.py: parse_request_lexicon).
-    _tensor(config.input, "LEXICON", mc.TYPE_STRING, [1], optional=True)
+    add_tensor(config.input, "LEXICON", mc.TYPE_STRING, [1], optional=True)
     # XTTS voices (passed on to their model, triton_tts/xtts/forward.py): a clip to clone
     # and the language to read in.
-    _tensor(config.input, "LANGUAGE", mc.TYPE_STRING, [1], optional=True)
-    _tensor(config.input, "REFERENCE_AUDIO", mc.TYPE_FP32, [-1], optional=True)
-    _tensor(config.input, "REFERENCE_SAMPLE_RATE", mc.TYPE_INT32, [1], optional=True)
-    _tensor(config.input, "TEMPERATURE", mc.TYPE_FP32, [1], optional=True)  # 0: greedy
-    _tensor(config.input, "SEED", mc.TYPE_INT64, [1], optional=True)  # reproducible sampling
-    _tensor(config.output, "AUDIO", mc.TYPE_FP32, [-1])
-    _tensor(config.output, "SAMPLE_RATE", mc.TYPE_INT32, [1])
+    add_tensor(config.input, "LANGUAGE", mc.TYPE_STRING, [1], optional=True)
+    add_tensor(config.input, "REFERENCE_AUDIO", mc.TYPE_FP32, [-1], optional=True)
+    add_tensor(config.input, "REFERENCE_SAMPLE_RATE", mc.TYPE_INT32, [1], optional=True)
+    add_tensor(config.input, "TEMPERATURE", mc.TYPE_FP32, [1], optional=True)  # 0: greedy
+    add_tensor(config.input, "SEED", mc.TYPE_INT64, [1], optional=True)  # reproducible sampling
+    add_tensor(config.output, "AUDIO", mc.TYPE_FP32, [-1])
+    add_tensor(config.output, "SAMPLE_RATE", mc.TYPE_INT32, [1])
     _word_outputs(config)  # empty unless TIMESTAMPS (for voices that have them)
     if streaming:
-        _tensor(config.output, "CHUNK_INDEX", mc.TYPE_INT32, [1])
-        _tensor(config.output, "IS_LAST", mc.TYPE_BOOL, [1])
+        add_tensor(config.output, "CHUNK_INDEX", mc.TYPE_INT32, [1])
+        add_tensor(config.output, "IS_LAST", mc.TYPE_BOOL, [1])
         config.model_transaction_policy.decoupled = True
     config.dynamic_batching.max_queue_delay_microseconds = 0
     # Both answer through response senders, so their executes return at once and Triton's
     # queue never fills: admission is theirs (triton_tts/runtime/admission.py). tts_stream is
     # decoupled; one instance serves every stream.
-    _instances(config, 1 if streaming else opts.long_text_instances, gpu=False)
-    _params(
+    add_instances(config, 1 if streaming else opts.long_text_instances, gpu=False)
+    set_parameters(
         config,
         # Streams: a short first chunk and the ramp (first audio fast). tts answers once, so
         # its chunks stay whole sentences from the first on: no cut a listener could hear
@@ -465,7 +407,7 @@ def _long_text(name: str, opts: BuildOptions, streaming: bool) -> mc.ModelConfig
         ),
     )
     if streaming:
-        _params(
+        set_parameters(
             config,
             first_chunk_priority=str(FIRST_CHUNK_PRIORITY if opts.first_chunk_priority else 0),
         )
@@ -480,24 +422,24 @@ def xtts(name: str) -> mc.ModelConfig:
     time from Triton (max_batch_size 0), batched across requests inside, between decode
     steps."""
     config = mc.ModelConfig(name=name, backend="python", max_batch_size=0)
-    _tensor(config.input, "TEXT", mc.TYPE_STRING, [1], optional=True)  # a speaker's store has none
-    _tensor(config.input, "LANGUAGE", mc.TYPE_STRING, [1], optional=True)
+    add_tensor(config.input, "TEXT", mc.TYPE_STRING, [1], optional=True)  # a speaker's store has none
+    add_tensor(config.input, "LANGUAGE", mc.TYPE_STRING, [1], optional=True)
     # True: store REFERENCE_AUDIO's conditioning as the named SPEAKER (one empty last chunk)
-    _tensor(config.input, "STORE_SPEAKER", mc.TYPE_BOOL, [1], optional=True)
-    _tensor(config.input, "REFERENCE_AUDIO", mc.TYPE_FP32, [-1], optional=True)
-    _tensor(config.input, "REFERENCE_SAMPLE_RATE", mc.TYPE_INT32, [1], optional=True)
-    _tensor(config.input, "SPEAKER", mc.TYPE_STRING, [1], optional=True)  # a named speaker, not a clip
+    add_tensor(config.input, "STORE_SPEAKER", mc.TYPE_BOOL, [1], optional=True)
+    add_tensor(config.input, "REFERENCE_AUDIO", mc.TYPE_FP32, [-1], optional=True)
+    add_tensor(config.input, "REFERENCE_SAMPLE_RATE", mc.TYPE_INT32, [1], optional=True)
+    add_tensor(config.input, "SPEAKER", mc.TYPE_STRING, [1], optional=True)  # a named speaker, not a clip
     for control in ("TEMPERATURE", "TOP_P", "REPETITION_PENALTY", "LENGTH_PENALTY", "SPEED"):
-        _tensor(config.input, control, mc.TYPE_FP32, [1], optional=True)
-    _tensor(config.input, "TOP_K", mc.TYPE_INT32, [1], optional=True)
-    _tensor(config.input, "SEED", mc.TYPE_INT64, [1], optional=True)
-    _tensor(config.output, "AUDIO", mc.TYPE_FP32, [-1])
-    _tensor(config.output, "SAMPLE_RATE", mc.TYPE_INT32, [1])
-    _tensor(config.output, "CHUNK_INDEX", mc.TYPE_INT32, [1])
-    _tensor(config.output, "IS_LAST", mc.TYPE_BOOL, [1])
-    _instances(config, 1, gpu=False)
+        add_tensor(config.input, control, mc.TYPE_FP32, [1], optional=True)
+    add_tensor(config.input, "TOP_K", mc.TYPE_INT32, [1], optional=True)
+    add_tensor(config.input, "SEED", mc.TYPE_INT64, [1], optional=True)
+    add_tensor(config.output, "AUDIO", mc.TYPE_FP32, [-1])
+    add_tensor(config.output, "SAMPLE_RATE", mc.TYPE_INT32, [1])
+    add_tensor(config.output, "CHUNK_INDEX", mc.TYPE_INT32, [1])
+    add_tensor(config.output, "IS_LAST", mc.TYPE_BOOL, [1])
+    add_instances(config, 1, gpu=False)
     config.model_transaction_policy.decoupled = True
-    _params(
+    set_parameters(
         config,
         slots=str(xtts_defaults.SLOTS),
         chunk_codes=str(xtts_defaults.CHUNK_CODES),
@@ -571,15 +513,15 @@ def one_graph(
         config = mc.ModelConfig(name=name, backend="onnxruntime" if native else "python", max_batch_size=0)
         for container, tensors in ((config.input, inputs), (config.output, outputs)):
             for t in tensors:
-                _tensor(container, t.name, mc.DataType.Value(t.data_type), list(t.dims))
-        _instances(config, 1, gpu=native)
+                add_tensor(container, t.name, mc.DataType.Value(t.data_type), list(t.dims))
+        add_instances(config, 1, gpu=native)
         if native:
             config.default_model_filename = "model.onnx"
-            _params(config, cudnn_conv_algo_search="1")  # heuristic: no search per new shape
+            set_parameters(config, cudnn_conv_algo_search="1")  # heuristic: no search per new shape
         else:
-            _params(config, intra_op_threads=threads, internal=str(internal).lower())
+            set_parameters(config, intra_op_threads=threads, internal=str(internal).lower())
             if max_dims:
-                _params(config, max_input_dims=json.dumps(max_dims, sort_keys=True))
+                set_parameters(config, max_input_dims=json.dumps(max_dims, sort_keys=True))
         configs[variant] = config
     return configs
 

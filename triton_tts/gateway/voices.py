@@ -71,8 +71,9 @@ class Voices:
         return out
 
     async def resolve(self, name: str | None) -> Resolved:
-        """``name`` (a served voice, ``voice:speaker`` by speaker name or id, an alias, or a
-        mix of a style voice's speakers) -> (voice, speaker id, mix). An XTTS voice's speaker
+        """``name`` (a served voice, ``voice:speaker`` by speaker name or id, a speaker's
+        name alone, an alias, or a mix of a style voice's speakers) -> (voice, speaker id,
+        mix). An XTTS voice's speaker
         that the build did not list (one uploaded since) goes on by name, as VOICE
         ``voice:speaker``."""
         served = {v.name: v for v in await self.served()}
@@ -86,6 +87,12 @@ class Voices:
             wanted = f"{base}:{sub}"
         voice_name, _, speaker = wanted.partition(":")
         voice = served.get(voice_name)
+        if voice is None and not speaker:
+            # a bare speaker name ("af_bella", as Kokoro's own servers take it): the first
+            # served voice, in order, that has a speaker of that name
+            for candidate in served.values():
+                if wanted in candidate.speakers:
+                    return Resolved(candidate.name, int(candidate.speakers[wanted]))
         if voice is None:
             known = sorted(served) + sorted(await self.aliases())
             raise invalid(f"unknown voice {name!r}; this server has: {', '.join(known)}", "voice")

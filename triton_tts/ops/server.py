@@ -1,15 +1,11 @@
-"""Start a real ``tritonserver`` (from the nvidia-pytriton wheel) on a model repository.
-
-Two wrinkles of the wheel are handled here:
-- its Python-backend stub finds its libraries relative to its own place in the wheel, so
-  the backend directory we hand to Triton links to the wheel's files instead of copying;
-- the stub ignores PYTHONPATH and takes its packages from the first ``python3`` on PATH,
-  so this environment's ``bin/`` goes first on PATH.
+"""Start a real ``tritonserver`` on a model repository (:class:`TritonServer`): its
+command line and keys, the start-up gate, readiness and the capacity measurement, stop.
+The process itself (binary, backend links, environment, fork set-up) is
+:mod:`triton_tts.ops.process`; supervision and draining, :mod:`triton_tts.ops.lifecycle`.
 """
 
 from __future__ import annotations
 
-import ctypes
 import itertools
 import logging
 import os
@@ -20,19 +16,26 @@ import signal
 import socket
 import subprocess
 import sys
-import sysconfig
 import threading
 import time
-import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from triton_tts.contract import paths
+from triton_tts.ops.keys import ADMIN_APIS, ADMIN_HEADER, CALLER_APIS, key_headers, redacted
+from triton_tts.ops.process import (
+    PYTHON_SHM,
+    backend_directory,
+    dies_with_parent,
+    installed_tritonserver,
+    server_environment,
+    tritonserver_binary,
+)
 from triton_tts.ops.reaper import SHM_DIR
+from triton_tts.ops.startup_gate import GATE_MODEL, write_gate
 
 if TYPE_CHECKING:
     from triton_tts.build.model_configs import BuildOptions
@@ -50,161 +53,16 @@ REAPER_EXIT_S = 10.0  # the reaper's own end, once told (it kills a group and re
 MEASURE_ATTEMPTS = 3  # of a voice's capacity measurement, a heal apart (a stub killed meanwhile)
 MEASURE_HEAL_WAIT_S = 120.0  # for the watchdog to heal before a measurement is tried again
 
-# The start-up gate: a model in a repository of the run's own (the served repository is
-# not touched: it may be read-only or remote) that fails to load until the supervisor's
-# start-up is done, so that Triton's /v2/health/ready (--strict-readiness: every model
-# known to the repository manager READY) stays false while it measures itself. Its load
-# failing at start must not end Triton, so a gated start runs --exit-on-error=false;
-# wait_ready() still ends the start at once on any other model's failure. Released, it is
-# loaded again and READY. Without a supervisor (tritonserver alone, the chart's plain
-# image) there is no gate: nothing waits for what is not there. docs/deployment.md,
-# "Readiness and supervision".
-GATE_MODEL = "triton_tts_startup"
-GATE_WAITING = "waiting for triton-tts serve's start-up (its capacity measurement)"
-GATE_CONFIG = """backend: "python"
-max_batch_size: 0
-input [{ name: "IN", data_type: TYPE_BOOL, dims: [1] }]
-output [{ name: "OUT", data_type: TYPE_BOOL, dims: [1] }]
-instance_group [{ kind: KIND_CPU, count: 1 }]
-parameters { key: "release_file" value: { string_value: "%s" } }
-"""
-GATE_CODE = f"""import json
-import os
 
-
-class TritonPythonModel:
-    def initialize(self, args):
-        parameters = json.loads(args["model_config"])["parameters"]
-        if not os.path.exists(parameters["release_file"]["string_value"]):
-            raise RuntimeError("{GATE_WAITING}")
-
-    def execute(self, requests):
-        raise RuntimeError("the start-up gate takes no requests")
-"""
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 1, 4  # <linux/prctl.h>
-# <sched.h>, <sys/mount.h>: a mount namespace (in a user namespace of its own when this
-# user may not make one alone) with a private tmpfs on /dev/shm (see _private_shm).
-CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
-MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 2, 4, 0x4000, 1 << 18
 # Where serve's ports listen unless told (--host): this machine only. A pod or container
 # listens on 0.0.0.0 (the chart and the image say so), bounded by its NetworkPolicy.
 LOCAL_HOST = "127.0.0.1"
-
-# Triton's API groups (--http-restricted-api, --grpc-restricted-protocol), split between
-# the two keys (docs/api.md, "Keys"). Callers' APIs take the API key: inference, and what
-# clients and perf_analyzer read around it: metadata, the model config (the voices list is
-# in tts's config) and the statistics (counts and times, no secret: the metrics port shows
-# the same; perf_analyzer aborts without them). Everything that changes state takes the
-# admin key. Health stays open for probes and load balancers.
-CALLER_APIS = ("inference", "metadata", "model-config", "statistics")
-ADMIN_APIS = ("model-repository", "shared-memory", "trace", "logging")
-# A flag's value after one of these is a key: the command line is logged without it.
-SECRET_FLAGS = ("--http-restricted-api=", "--grpc-restricted-protocol=")
-
-
-def redacted(command: Sequence[str]) -> str:
-    """A command line fit for a log: the restricted APIs' header values (the keys) hidden."""
-    shown = []
-    for arg in command:
-        apis, colon, header = arg.partition(":")
-        if arg.startswith(SECRET_FLAGS) and colon and "=" in header:
-            arg = f"{apis}:{header.partition('=')[0]}=<redacted>"  # noqa: PLW2901 - the shown form
-        shown.append(arg)
-    return " ".join(shown)
-
-
-def pytriton_dir() -> Path:
-    import pytriton
-
-    return Path(pytriton.__file__).resolve().parent / "tritonserver"
-
-
-def installed_tritonserver() -> str | None:
-    """A tritonserver of the machine's own (the Triton image's, on PATH), used when the
-    nvidia-pytriton wheel is not installed; it brings its own backends."""
-    try:
-        import pytriton  # noqa: F401
-    except ImportError:
-        return shutil.which("tritonserver")
-    return None
-
-
-def tritonserver_binary() -> Path:
-    installed = installed_tritonserver()
-    return Path(installed) if installed else pytriton_dir() / "bin" / "tritonserver"
-
-
-def backend_directory() -> Path:
-    """A backend dir whose python/ entry links to the wheel's backend and matching stub."""
-    wheel = pytriton_dir()
-    version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    stub = wheel / "python_backend_stubs" / version / "triton_python_backend_stub"
-    if not stub.exists():
-        raise RuntimeError(f"nvidia-pytriton has no Python-backend stub for Python {version}")
-    python_dir = paths.cache_dir() / "backends" / "python"
-    python_dir.mkdir(parents=True, exist_ok=True)
-    links = {
-        "libtriton_python.so": wheel / "backends" / "python" / "libtriton_python.so",
-        "triton_python_backend_utils.py": wheel / "backends" / "python" / "triton_python_backend_utils.py",
-        "triton_python_backend_stub": stub,
-    }
-    for name, target in links.items():
-        link = python_dir / name
-        if link.is_symlink() and Path(os.readlink(link)) == target:
-            continue
-        link.unlink(missing_ok=True)
-        link.symlink_to(target)
-    return python_dir.parent
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def server_environment() -> dict[str, str]:
-    env = dict(os.environ)
-    scripts = sysconfig.get_path("scripts")  # this interpreter's bin/ (the venv's)
-    env["PATH"] = os.pathsep.join([scripts, env.get("PATH", "")])
-    # The stub embeds this interpreter's libpython; a Python built with a shared libpython
-    # outside the loader's paths (pyenv's, say) needs its folder on LD_LIBRARY_PATH.
-    libdir = sysconfig.get_config_var("LIBDIR")
-    if libdir and sysconfig.get_config_var("Py_ENABLE_SHARED"):
-        env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [env.get("LD_LIBRARY_PATH"), libdir]))
-    # Models size their own onnxruntime thread pools; keep OpenMP/BLAS from adding more.
-    env.setdefault("OMP_NUM_THREADS", "1")
-    # glibc raises its mmap threshold after large frees, so the next large buffers (latents,
-    # waveforms, onnxruntime's arena chunks) come from the heap, which it never gives back:
-    # one very long request left every vocoder larger for good (docs/performance.md,
-    # "Memory"). A fixed threshold keeps buffers of 1 MiB and more in their own mappings,
-    # returned to the system on free.
-    env.setdefault("MALLOC_MMAP_THRESHOLD_", str(1 << 20))
-    env.setdefault("MALLOC_TRIM_THRESHOLD_", str(16 << 20))
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    return env
-
-
-# The Python backend's shared memory, one region per stub: it starts at 1 MiB and grows by
-# 1 MiB, mapping the region afresh each time and keeping every older mapping for good
-# (python_backend src/shm_manager.cc), so a region that grew to 6 MiB had six mappings and
-# its resident pages counted up to six times in the RSS of tritonserver and the stub, RSS
-# that rose for minutes under traffic. Regions are sparse files (ftruncate), so a larger
-# start costs nothing until written: most never grow, and large responses grow in few steps.
-# /dev/shm must hold what is written (the chart mounts 1 GiB; Docker's default is 64 MiB).
-PYTHON_SHM = {"shm-default-byte-size": 16 << 20, "shm-growth-byte-size": 16 << 20}
-
-
-def key_headers(api_key: str | None, admin_key: str | None, protocol: str = "http") -> dict[str, str]:
-    """The headers (gRPC: Triton's prefixed metadata) that carry the API key and the admin
-    key to a server started with them; either may be None."""
-    from triton_tts.client.tts_client import GRPC_HEADER_PREFIX, auth_headers
-    from triton_tts.ops.watchdog import ADMIN_HEADER
-
-    found = dict(auth_headers(api_key, "grpc" if protocol == "grpc" else "http") or {})
-    if admin_key:
-        found[(GRPC_HEADER_PREFIX if protocol == "grpc" else "") + ADMIN_HEADER] = admin_key
-    return found
 
 
 @dataclass
@@ -247,7 +105,7 @@ class TritonServer:
     watchdog: Watchdog | None = None
     # The address Triton's HTTP, gRPC and metrics endpoints listen on (serve --host).
     host: str = LOCAL_HOST
-    # Give tritonserver (and so its stubs) a /dev/shm of its own (_private_shm): the Python
+    # Give tritonserver (and so its stubs) a /dev/shm of its own (ops/process.py, _private_shm): the Python
     # backend's regions, which hold callers' text and the internal token, are created
     # world-readable (0644, boost's default, set with fchmod: no umask narrows it).
     private_shm: bool = True
@@ -339,8 +197,6 @@ class TritonServer:
         if self.model_config_name:
             cmd.append(f"--model-config-name={self.model_config_name}")
         if self.admin_key:
-            from triton_tts.ops.watchdog import ADMIN_HEADER
-
             restricted = f"{','.join(ADMIN_APIS)}:{ADMIN_HEADER}={self.admin_key}"
             cmd += [
                 "--model-control-mode=explicit",
@@ -391,7 +247,7 @@ class TritonServer:
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT if out else None,
-            preexec_fn=_dies_with_parent(os.getpid(), main_thread, self.private_shm),  # noqa: PLW1509 - no locks taken
+            preexec_fn=dies_with_parent(os.getpid(), main_thread, self.private_shm),  # noqa: PLW1509 - no locks taken
         )
         self.reaper = self._start_reaper()
         if self.private_shm and self.shm_dir == SHM_DIR:
@@ -416,10 +272,7 @@ class TritonServer:
 
     def _write_gate(self) -> None:
         assert self.gate_repository is not None and self.gate_release_file is not None
-        model = self.gate_repository / GATE_MODEL
-        (model / "1").mkdir(parents=True)
-        (model / "config.pbtxt").write_text(GATE_CONFIG % self.gate_release_file, encoding="utf-8")
-        (model / "1" / "model.py").write_text(GATE_CODE, encoding="utf-8")
+        write_gate(self.gate_repository, self.gate_release_file)
 
     def _start_reaper(self) -> subprocess.Popen[bytes]:
         """triton_tts/ops/reaper.py, watching this process through a pipe only it writes: when
@@ -512,7 +365,8 @@ class TritonServer:
         voice whose measurement fails (a stub killed meanwhile) is measured again once the
         watchdog has healed; one that still fails keeps the ledger's default capacity,
         which admission corrects online, with a warning: start-up goes on either way."""
-        from triton_tts.runtime.admission import DEFAULT_CAPACITY, Ledger, measure_capacity
+        from triton_tts.runtime.admission import DEFAULT_CAPACITY, Ledger
+        from triton_tts.runtime.capacity import measure_capacity
 
         try:
             voices = self._chunk_voices()
@@ -730,136 +584,3 @@ def default_voice_server(
             built, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(), log_file=log_file
         ) as server:
             yield server
-
-
-DRAIN_TIMEOUT_S = 30.0  # the chart's grace period covers it, its preStop and Triton's exit
-IN_FLIGHT_METRIC = "triton_tts_requests_in_flight"  # triton_tts.runtime.metrics.IN_FLIGHT
-
-
-def requests_in_flight(metrics_url: str) -> int | None:
-    """tts and tts_stream requests started and not finished, summed over instances, from
-    Triton's metrics port; None if it cannot be read."""
-    try:
-        with urllib.request.urlopen(metrics_url, timeout=5) as response:  # noqa: S310 - an http:// URL this code builds
-            text = response.read().decode("utf-8", errors="replace")
-    except OSError:
-        return None
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith(IN_FLIGHT_METRIC + "{"):
-            total += float(line.rsplit(" ", 1)[1])
-    return round(total)
-
-
-def drain(server: TritonServer, timeout_s: float, poll_s: float = 0.2) -> int | None:
-    """Wait until no tts or tts_stream request is in flight (at most ``timeout_s``): Triton's
-    own stop refuses every new inference at once, BLS chunk requests included, so a
-    multi-chunk request in flight would lose its later chunks. Returns what is left in
-    flight (0: drained; None: the count could not be read)."""
-    server.release_streams()  # paced streams send the rest now
-    url = f"http://{server.local_host}:{server.metrics_port}/metrics"
-    deadline = time.monotonic() + timeout_s
-    while True:
-        left = requests_in_flight(url)
-        if not left or time.monotonic() >= deadline:
-            return left
-        time.sleep(poll_s)
-
-
-@contextmanager
-def supervised(server: TritonServer, health_port: int | None) -> Iterator[Watchdog]:
-    """Watch a started server's Python-backend instances and heal dead ones (its
-    ``admin_key`` must be set), from start-up on: enter it before wait_ready(), whose
-    capacity measurement then waits for heals; with ``health_port``, serve /ready and
-    /live there."""
-    from triton_tts.ops.watchdog import HealthServer, Watchdog
-
-    if server.process is None or not server.admin_key:
-        raise RuntimeError("supervised() needs a started server with an admin_key")
-    process = server.process
-    watchdog = Watchdog(process.pid, server.http_url, server.headers(), shm_dir=server.shm_dir).start()
-    server.watchdog = watchdog
-    health = (
-        HealthServer(health_port, watchdog, lambda: process.poll() is None, server.host).start()
-        if health_port is not None
-        else None
-    )
-    try:
-        yield watchdog
-    finally:
-        if health is not None:
-            health.stop()
-        watchdog.stop()
-        server.watchdog = None
-
-
-def _dies_with_parent(parent: int, with_parent: bool, private_shm: bool = True) -> Callable[[], None]:
-    """tritonserver's set-up between fork and exec: a process group of its own (the reaper
-    ends it with every stub; a Ctrl-C at the terminal reaches the supervisor only, which
-    drains first), and, forked from the main thread, SIGKILL when its parent dies (Linux
-    sends it when the forking *thread* ends, so not from any other thread: then the
-    reaper alone ends it). Then what it and its stubs create is private to this user:
-    umask 077 (Triton's log, the admission ledger's files), and a /dev/shm of its own
-    (private_shm)."""
-    libc = ctypes.CDLL(None, use_errno=True)  # looked up before the fork
-    shm_size = _shm_size() if private_shm else 0
-
-    def setup() -> None:
-        os.setpgid(0, 0)
-        if with_parent:
-            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-            if os.getppid() != parent:  # the parent died before prctl
-                os._exit(1)
-        os.umask(0o077)
-        if private_shm:
-            _private_shm(libc, shm_size)
-
-    return setup
-
-
-def _shm_size() -> int:
-    """The size of the machine's /dev/shm, which a private one keeps (Docker's 64 MiB, the
-    chart's emptyDir: the limit the operator chose)."""
-    try:
-        found = os.statvfs(SHM_DIR)
-    except OSError:
-        return 0
-    return found.f_blocks * found.f_frsize
-
-
-def _private_shm(libc: Any, size: int) -> bool:
-    """In the forked child: a mount namespace whose /dev/shm is a fresh tmpfs, mode 0700.
-    The Python backend names its regions in /dev/shm (shm_open takes no folder) and makes
-    them 0644 whatever the umask; in a tmpfs only this process tree sees, no other user
-    (nor another server) can open them, and they vanish with the last process of the run.
-    Root makes the namespace alone; any other user inside a user namespace of its own that
-    maps its ids to themselves (no privilege gained: capabilities end at exec). Where
-    neither is allowed (a container's seccomp profile, say), nothing changes, and
-    TritonServer.start warns: a pod's /dev/shm is already the pod's own."""
-    uid, gid = os.getuid(), os.getgid()
-    if libc.unshare(CLONE_NEWNS) != 0:
-        if libc.unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0:
-            return False
-        # A process whose ids were just changed (a start as another user) is not dumpable,
-        # and its /proc/self files stay root's until exec; exec makes it dumpable anyway.
-        libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
-        try:
-            # bytes and os calls only: nothing here may import (a codec, say) after the fork
-            maps = (
-                (b"setgroups", b"deny"),
-                (b"uid_map", b"%d %d 1" % (uid, uid)),
-                (b"gid_map", b"%d %d 1" % (gid, gid)),
-            )
-            for name, line in maps:
-                fd = os.open(b"/proc/self/" + name, os.O_WRONLY)
-                try:
-                    os.write(fd, line)
-                finally:
-                    os.close(fd)
-        except OSError:
-            return False
-    # Private first: a shared / would carry the new /dev/shm back to the machine's.
-    if libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
-        return False
-    options = b"mode=0700" + (b",size=%d" % size if size else b"")
-    return bool(libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV, options) == 0)

@@ -54,7 +54,6 @@ from triton_tts.ops.reaper import SHM_DIR, remove_region
 
 log = logging.getLogger(__name__)
 
-ADMIN_HEADER = "triton-tts-admin"  # the restricted model-repository API's key header
 GENERATION_PARAMETER = "triton_tts_generation"
 INSTANCE = re.compile(r".+_\d+_\d+")  # Triton's instance names: <model>_<group>_<index>
 STUB_NAME = "triton_python_backend_stub"

@@ -7,11 +7,12 @@ refuses light load and admits heavy load. Here every admitted request is a line 
 ``tts_stream``: each a Python-backend stub of its own), in the machine's own unit:
 
 - **capacity** ``C`` per voice: seconds of audio the server makes per second when busy.
-  ``triton-tts serve`` measures it once the server is warm (:func:`measure_capacity`, a
-  burst of sentences per voice); afterwards every chunk done feeds a window, and a window
-  in which texts were waiting throughout (the server was busy) corrects ``C`` toward what
-  was really made (:meth:`Ledger.completed`). A server started without the measurement
-  starts at :data:`DEFAULT_CAPACITY` and learns the same way.
+  ``triton-tts serve`` measures it once the server is warm
+  (:func:`triton_tts.runtime.capacity.measure_capacity`, a burst of sentences per voice);
+  afterwards every chunk done feeds a window, and a window in which texts were waiting
+  throughout (the server was busy) corrects ``C`` toward what was really made
+  (:meth:`Ledger.completed`). A server started without the measurement starts at
+  :data:`DEFAULT_CAPACITY` and learns the same way.
 - **work**: a request's predicted audio (characters x the voice's calibrated seconds per
   character, triton_tts/runtime/limits.py, over SPEED) / ``C``: the machine-seconds it needs.
 - **texts** (``tts``): the wait of a new text is the text work admitted and not yet done,
@@ -45,9 +46,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import itertools
 import json
-import math
 import os
 import re
 import tempfile
@@ -57,29 +56,6 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
-
-# Priority levels of the stages' dynamic batchers (Triton's level 1 goes first): earliest
-# deadline first, in steps. A stream's first chunk is due within the first-chunk budget
-# (FIRST_CHUNK_PRIORITY). A later chunk is due when its listener runs out of audio: the
-# less audio the listener has left when it is sent, the higher its level (STREAM_LEVELS;
-# a stream's second chunk, sent with its first chunk's audio left, comes after other
-# streams' first chunks). Texts and direct tts_chunk requests, whose callers wait within
-# a budget of seconds, come last (DEFAULT_PRIORITY, the default, which BLS requests get).
-# A level is fixed when a chunk is sent (Triton cannot raise it in the queue), so even a
-# stream far ahead goes before texts: it would otherwise sit behind them as its lead runs
-# out. An ensemble passes its request's priority on to each step, so a tts_chunk
-# request's priority holds in all four stages.
-FIRST_CHUNK_PRIORITY = 1
-STREAM_LEVELS = ((2.5, 2), (5.0, 3), (math.inf, 4))  # (audio left below, s; level)
-DEFAULT_PRIORITY = 5
-
-
-def chunk_priority(index: int, lead_s: float) -> int:
-    """A stream chunk's level: its first, or by the audio its listener has left."""
-    if index == 0:
-        return FIRST_CHUNK_PRIORITY
-    return next(level for below, level in STREAM_LEVELS if lead_s < below)
-
 
 ADMISSION_DIR_ENV = "TRITON_TTS_ADMISSION_DIR"  # set by triton_tts.ops.server.TritonServer
 DEFAULT_CAPACITY = 10.0  # audio s/s assumed of a voice before anything was measured
@@ -621,129 +597,3 @@ class Ledger:
 def predicted_audio_s(characters: int, seconds_per_char: float, speed: float | None) -> float:
     """Seconds of audio a normalised text of ``characters`` will take."""
     return characters * seconds_per_char / (speed or 1.0)
-
-
-CAPACITY_TEXT = "Thank you for calling. Your order has shipped and will arrive on Tuesday."
-CAPACITY_TEXT_CHINESE = "感谢您的来电，您的订单已经发货，预计星期二送达。"
-
-
-def measure_capacity(
-    grpc_url: str,
-    voices: Mapping[str, tuple[str, bool, list[str]]],
-    concurrency: int = 0,
-    headers: Mapping[str, str] | None = None,
-    parameters: Mapping[str, str] | None = None,
-) -> dict[str, tuple[float, dict[str, float]]]:
-    """Each voice's capacity, measured on the warm server: ``concurrency`` sentences at once
-    (twice the cores by default, so every stage instance stays busy), twice, through the
-    voice's ``tts_chunk``; audio made over the wall time, the best of
-    :data:`CAPACITY_PASSES` passes. Per stage, the audio over the
-    busy time Triton's statistics give (audio seconds per second per instance).
-    ``voices``: name -> (tts_chunk model, is Chinese, stage models); ``headers``: the keys
-    (gRPC metadata) the server's restricted APIs need; ``parameters``: the internal models'
-    token (triton_tts/runtime/internal.py)."""
-    count = concurrency or max(8, 2 * (os.cpu_count() or 2))
-    return {
-        voice: _measure_voice(
-            grpc_url,
-            model,
-            CAPACITY_TEXT_CHINESE if chinese else CAPACITY_TEXT,
-            stages,
-            count,
-            dict(headers or {}),
-            dict(parameters or {}),
-        )
-        for voice, (model, chinese, stages) in voices.items()
-    }
-
-
-RETRIES = 100  # of a sentence the stages refused for a full queue, 50 ms apart
-CAPACITY_PASSES = 2
-# A pass this long is its own average: a slow voice (Kokoro: ~40 s a pass on 2 cores) is
-# measured once, so that serving it does not add minutes to start-up.
-CAPACITY_LONG_PASS_S = 10.0
-# A sentence's deadline within the burst (seconds here): a request lost with a killed stub
-# fails the measurement, which the server retries, instead of holding start-up.
-CAPACITY_REQUEST_TIMEOUT_S = 120.0
-
-
-def _measure_voice(
-    grpc_url: str,
-    model: str,
-    text: str,
-    stages: list[str],
-    count: int,
-    headers: dict[str, str],
-    parameters: dict[str, str],
-) -> tuple[float, dict[str, float]]:
-    import concurrent.futures
-
-    import numpy as np
-    import tritonclient.grpc as grpcclient
-
-    client = grpcclient.InferenceServerClient(grpc_url)
-
-    def busy() -> dict[str, float]:
-        stats = client.get_inference_statistics(headers=headers, as_json=True, client_timeout=30.0)
-        stats = stats.get("model_stats", [])
-        return {
-            s["name"]: int(s["inference_stats"].get("compute_infer", {}).get("ns", 0)) / 1e9
-            for s in stats
-            if s["name"] in stages
-        }
-
-    def one(_: int) -> float:
-        from tritonclient.utils import InferenceServerException
-
-        own = grpcclient.InferenceServerClient(grpc_url)
-        try:
-            tensor = grpcclient.InferInput("TEXT", [1, 1], "BYTES")
-            tensor.set_data_from_numpy(np.array([[text.encode("utf-8")]], dtype=np.object_))
-            for attempt in itertools.count():
-                try:
-                    result = own.infer(
-                        model,
-                        [tensor],
-                        headers=headers,
-                        parameters=parameters or None,
-                        client_timeout=CAPACITY_REQUEST_TIMEOUT_S,
-                    )
-                    break
-                except InferenceServerException as err:  # a stage queue bounded below the burst
-                    if "StatusCode.UNAVAILABLE" not in str(err.status()) or attempt >= RETRIES:
-                        raise
-                    time.sleep(0.05)
-            rate = int(result.as_numpy("SAMPLE_RATE").reshape(-1)[0])
-            return float(result.as_numpy("AUDIO").size / rate)
-        finally:
-            own.close()
-
-    def measured_pass() -> tuple[float, dict[str, float]]:
-        before = busy()
-        started = time.monotonic()
-        with concurrent.futures.ThreadPoolExecutor(count) as pool:
-            audio = sum(pool.map(one, range(2 * count)))
-        wall = time.monotonic() - started
-        after = busy()
-        per_stage = {
-            stage: audio / (after[stage] - before.get(stage, 0.0))
-            for stage in stages
-            if after.get(stage, 0.0) > before.get(stage, 0.0)
-        }
-        return audio / wall, per_stage
-
-    try:
-        # The best of the passes: what else runs on the machine at start only ever slows a
-        # pass down, and a capacity measured low refuses work the server would have done.
-        started = time.monotonic()
-        passes = [measured_pass()]
-        if time.monotonic() - started < CAPACITY_LONG_PASS_S:
-            passes += [measured_pass() for _ in range(CAPACITY_PASSES - 1)]
-        return max(passes, key=lambda m: m[0])
-    finally:
-        client.close()
-
-
-def ceil_s(seconds: float) -> int:
-    """A Retry-After header's whole seconds."""
-    return max(1, math.ceil(seconds))

@@ -21,7 +21,7 @@ Outcomes (``triton_tts_requests_total{reason}``), counted once per request:
   the budget, the listeners' demand past capacity, a caller past its share, a safety
   bound), or a chunk the stages refused (UNAVAILABLE, their queue full);
 - ``cancelled``: the client cancelled or went away (gRPC), or the request's own timeout
-  passed (see :class:`triton_tts.runtime.bls.Cancellation`);
+  passed (see :class:`triton_tts.runtime.long_text.ending.Cancellation`);
 - ``failed``: anything else (a chunk's internal error, a dead stage instance).
 
 Only ``ok`` requests add characters, audio and processing seconds, chunks and real-time

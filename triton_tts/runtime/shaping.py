@@ -2,7 +2,7 @@
 each segment cut into chunks on its own, so that no chunk spans a change of rate, volume
 or a break; each chunk said at its segment's speed, with its gain and the silence after
 it (:class:`ChunkShape`), applied to its audio by ``tts`` and ``tts_stream``
-(triton_tts/runtime/bls.py)."""
+(triton_tts/runtime/long_text/)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ English normaliser and espeak-ng in the voice's language. ``triton-tts frontend`
 both steps for a text, offline.
 
 :func:`normalizer` is the one choice of a language's normaliser: preprocess (through
-:class:`~triton_tts.text.reader.TextReader`) and the long-text models (``bls``, which
+:class:`~triton_tts.text.reader.TextReader`) and the long-text models (``long_text``, which
 normalise a whole text before they chunk it) must read a text the same way.
 """
 

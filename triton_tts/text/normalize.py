@@ -74,7 +74,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import NamedTuple
 
 from triton_tts.text import english_context as context
@@ -88,7 +88,6 @@ from triton_tts.text.english_data import (
     FRACTION_DENOMINATORS,
     LATIN_ABBREVIATIONS,
     LEADING_ABBREVIATIONS,
-    MONTH_ABBREVIATIONS,
     MONTH_NAMES,
     MONTH_NUMBERS,
     SCALE_ABBREVIATIONS,
@@ -105,93 +104,31 @@ from triton_tts.text.english_numbers import (
     ordinal,
     year_words,
 )
+from triton_tts.text.english_patterns import (
+    ASCII_DIGIT,
+    CAPITALISED_WORD_ENDS,
+    CAPITALISED_WORD_FOLLOWS,
+    DATE_YEAR,
+    DAY,
+    FRACTION,
+    FULL_MONTH,
+    INTEGER,
+    MERIDIEM,
+    MONTH,
+    NUMBER,
+    NUMBER_END,
+    NUMBER_START,
+    WHITESPACE,
+    YEAR_NUMBER,
+    alternation,
+    fit,
+    is_exactly_one,
+    keep_final_period,
+    pluralise_last_word,
+    signed_number,
+)
 
 __all__ = ["MAX_SPOKEN_DIGITS", "normalize_english"]
-
-# --- shared regex pieces -----------------------------------------------------
-
-# A number must not start inside another number ("1,234" must not yield
-# "234") and must not stop before more digits of a dotted or grouped run.
-_NUMBER_START = r"(?<![0-9])(?<![0-9][.,])"
-_NUMBER_END = r"(?![0-9])(?![.,][0-9])"
-# A sign only counts at the start of a token, never in "COVID-19" or "5-3".
-_SIGN = r"(?:(?<!\w)(?P<sign>[-+]))?"
-_INTEGER = r"(?P<int>[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)"
-_FRACTION = r"(?:\.(?P<frac>[0-9]+))?"
-_NUMBER = _NUMBER_START + _SIGN + _INTEGER + _FRACTION + _NUMBER_END
-
-
-def _alternation(words: Iterable[str]) -> str:
-    """Longest alternatives first so that "Mrs" is not cut short as "Mr"."""
-    ordered = sorted(words, key=len, reverse=True)
-    return "|".join(re.escape(word) for word in ordered)
-
-
-_FULL_MONTH = "|".join(MONTH_NAMES)
-_ABBREVIATED_MONTH = _alternation(MONTH_ABBREVIATIONS)
-# An abbreviation's period belongs to the month only when a number follows;
-# otherwise it may be the end of the sentence.
-_MONTH = rf"(?P<month>(?:{_FULL_MONTH})\b|(?:{_ABBREVIATED_MONTH})\b(?:\.(?=\s+[0-9]))?)"
-_DATE_YEAR = r"(?:,?\s+(?P<year>[0-9]{4})(?![\w]|[.,][0-9]))"
-_DAY = r"(?P<day>[0-9]{1,2})(?:st|nd|rd|th)?"
-_MERIDIEM = r"(?P<meridiem>[aApP]\.[mM]\.|[aApP][mM])(?!\w)"
-_YEAR_NUMBER = r"(?:1[1-9][0-9]{2}|20[1-9][0-9])"
-
-_SENTENCE_END_FOLLOWS = re.compile(r"\s*$|\s+[\"'(\[]*[A-Z]")
-_CAPITALISED_WORD_FOLLOWS = re.compile(r"\s+[\"'(\[]*[A-Z]")
-_CAPITALISED_WORD_ENDS = re.compile(r"\b[A-Z][\w'-]*\s+$")
-_WHITESPACE = re.compile(r"\s+")
-_ASCII_DIGIT = re.compile(r"[0-9]")
-
-
-# --- number reading ----------------------------------------------------------
-
-
-def _signed_number(match: re.Match[str]) -> str:
-    """Reading of a match built from ``_NUMBER``, sign included."""
-    words = decimal(match.group("int"), match.group("frac"))
-    sign = match.group("sign")
-    return f"{SIGN_WORDS[sign]} {words}" if sign else words
-
-
-def _is_exactly_one(match: re.Match[str]) -> bool:
-    """Singular units and currencies go with exactly "1", not "1.0" or "01"."""
-    return match.group("int") == "1" and match.group("frac") is None
-
-
-def _pluralise_last_word(words: str) -> str:
-    """Decades: "nineteen ninety" -> "nineteen nineties"."""
-    if words.endswith("y"):
-        return words[:-1] + "ies"
-    return words + "s"
-
-
-# --- replacement helpers -----------------------------------------------------
-
-
-def _fit(match: re.Match[str], words: str) -> str:
-    """Keep inserted words from fusing with adjacent letters or digits
-    ("x86" -> "x eighty-six", "Mr.Smith" -> "Mister Smith")."""
-    text = match.string
-    start, end = match.span()
-    if start > 0 and text[start - 1].isalnum():
-        words = " " + words
-    if end < len(text) and text[end].isalnum():
-        words += " "
-    return words
-
-
-def _sentence_ends_after(match: re.Match[str]) -> bool:
-    """True when the matched text is followed by the end of the input or by a
-    capitalised word, i.e. its final period also closes a sentence."""
-    return _SENTENCE_END_FOLLOWS.match(match.string, match.end()) is not None
-
-
-def _keep_final_period(match: re.Match[str], words: str) -> str:
-    """Give back the sentence period that an abbreviation's dot swallowed."""
-    if match.group(0).endswith(".") and _sentence_ends_after(match):
-        return words + "."
-    return words
 
 
 def _max_day(month: int, year: int | None) -> int:
@@ -237,7 +174,7 @@ _ISO_DATE = re.compile(
 
 def _rewrite_iso_date(match: re.Match[str]) -> str:
     words = _say_date(int(match.group("month")), int(match.group("day")), int(match.group("year")))
-    return match.group(0) if words is None else _fit(match, words)
+    return match.group(0) if words is None else fit(match, words)
 
 
 _NUMERIC_DATE = re.compile(
@@ -251,11 +188,11 @@ def _rewrite_numeric_date(match: re.Match[str]) -> str:
     first, second = int(match.group("first")), int(match.group("second"))
     month, day = (first, second) if first <= 12 else (second, first)
     words = _say_date(month, day, int(match.group("year")))
-    return match.group(0) if words is None else _fit(match, words)
+    return match.group(0) if words is None else fit(match, words)
 
 
 _DATE_CUE = "|".join(
-    [*DATE_CUE_WORDS, *dict.fromkeys(WEEKDAY_ABBREVIATIONS.values()), _alternation(WEEKDAY_ABBREVIATIONS)]
+    [*DATE_CUE_WORDS, *dict.fromkeys(WEEKDAY_ABBREVIATIONS.values()), alternation(WEEKDAY_ABBREVIATIONS)]
 )
 _SLASHED_MONTH_DAY = re.compile(
     rf"(?:(?<!\w)(?P<cue>(?i:{_DATE_CUE}))\.?,?\s+)?(?<![\w.,/\-])"
@@ -279,12 +216,12 @@ def _rewrite_slashed_month_day(match: re.Match[str]) -> str:
     words = _say_date(month, day, None)
     if words is None:
         return match.group(0)
-    return _fit(match, match.string[match.start() : match.start("first")] + words)
+    return fit(match, match.string[match.start() : match.start("first")] + words)
 
 
-_MONTH_DAY_DATE = re.compile(rf"(?<!\w){_MONTH}\s+{_DAY}(?!\w)(?![.,:][0-9]){_DATE_YEAR}?")
-_DAY_MONTH_DATE = re.compile(rf"(?<![\w.,]){_DAY}\s+(?P<of>of\s+)?{_MONTH}{_DATE_YEAR}?")
-_MONTH_YEAR_DATE = re.compile(rf"(?<!\w){_MONTH}{_DATE_YEAR}")
+_MONTH_DAY_DATE = re.compile(rf"(?<!\w){MONTH}\s+{DAY}(?!\w)(?![.,:][0-9]){DATE_YEAR}?")
+_DAY_MONTH_DATE = re.compile(rf"(?<![\w.,]){DAY}\s+(?P<of>of\s+)?{MONTH}{DATE_YEAR}?")
+_MONTH_YEAR_DATE = re.compile(rf"(?<!\w){MONTH}{DATE_YEAR}")
 
 
 def _rewrite_named_month_date(match: re.Match[str]) -> str:
@@ -295,7 +232,7 @@ def _rewrite_named_month_date(match: re.Match[str]) -> str:
     day = _optional_int(groups.get("day"))
     year = _optional_int(groups.get("year"))
     words = _say_date(MONTH_NUMBERS[month_key], day, year, day_first=groups.get("of") is not None)
-    return match.group(0) if words is None else _fit(match, words)
+    return match.group(0) if words is None else fit(match, words)
 
 
 # --- rewrites: times -----------------------------------------------------------
@@ -303,14 +240,14 @@ def _rewrite_named_month_date(match: re.Match[str]) -> str:
 _CLOCK_TIME = re.compile(
     r"(?<![0-9:.])(?P<hour>[01]?[0-9]|2[0-3]):(?P<minute>[0-5][0-9])"
     r"(?::(?P<second>[0-5][0-9]))?(?![0-9]|:[0-9])"
-    rf"(?:\s?{_MERIDIEM})?"
+    rf"(?:\s?{MERIDIEM})?"
 )
-_HOUR_WITH_MERIDIEM = re.compile(rf"(?<![\w:.,])(?P<hour>1[0-2]|0?[1-9])\s?{_MERIDIEM}")
+_HOUR_WITH_MERIDIEM = re.compile(rf"(?<![\w:.,])(?P<hour>1[0-2]|0?[1-9])\s?{MERIDIEM}")
 
 
 def _say_meridiem(match: re.Match[str]) -> str:
     letter = match.group("meridiem")[0].lower()
-    return _keep_final_period(match, f"{letter} m")
+    return keep_final_period(match, f"{letter} m")
 
 
 def _rewrite_clock_time(match: re.Match[str]) -> str:
@@ -333,29 +270,29 @@ def _rewrite_clock_time(match: re.Match[str]) -> str:
         parts.append(f"and {cardinal(str(second))} second{'s' if second != 1 else ''}")
     if has_meridiem:
         parts.append(_say_meridiem(match))
-    return _fit(match, " ".join(parts))
+    return fit(match, " ".join(parts))
 
 
 def _rewrite_hour_with_meridiem(match: re.Match[str]) -> str:
     hour = cardinal(str(int(match.group("hour"))))
-    return _fit(match, f"{hour} {_say_meridiem(match)}")
+    return fit(match, f"{hour} {_say_meridiem(match)}")
 
 
 # --- rewrites: eras and decades ------------------------------------------------
 
-_ERA_YEAR = re.compile(rf"(?<![\w.,])(?P<year>[0-9]{{1,4}})\s?(?P<era>{_alternation(ERA_LETTERS)})(?!\w)")
+_ERA_YEAR = re.compile(rf"(?<![\w.,])(?P<year>[0-9]{{1,4}})\s?(?P<era>{alternation(ERA_LETTERS)})(?!\w)")
 
 
 def _rewrite_era_year(match: re.Match[str]) -> str:
-    era = _keep_final_period(match, ERA_LETTERS[match.group("era")])
-    return _fit(match, f"{year_words(int(match.group('year')))} {era}")
+    era = keep_final_period(match, ERA_LETTERS[match.group("era")])
+    return fit(match, f"{year_words(int(match.group('year')))} {era}")
 
 
 _DECADE = re.compile(r"(?<![\w.,])(?P<decade>1[1-9][0-9]0|20[0-9]0)'?s(?!\w)")
 
 
 def _rewrite_decade(match: re.Match[str]) -> str:
-    return _fit(match, _pluralise_last_word(year_words(int(match.group("decade")))))
+    return fit(match, pluralise_last_word(year_words(int(match.group("decade")))))
 
 
 # "the 80s" / "'90s": only with "the" or an apostrophe, because "90s" alone
@@ -364,14 +301,14 @@ _SHORT_DECADE = re.compile(r"(?:(?<=\b[Tt]he )|')(?P<decade>[1-9]0)'?s(?!\w)")
 
 
 def _rewrite_short_decade(match: re.Match[str]) -> str:
-    return _fit(match, _pluralise_last_word(cardinal(match.group("decade"))))
+    return fit(match, pluralise_last_word(cardinal(match.group("decade"))))
 
 
 # --- rewrites: abbreviations -----------------------------------------------------
 
 _WEEKDAY = re.compile(
-    rf"(?<![\w.])(?P<abbreviation>{_alternation(WEEKDAY_ABBREVIATIONS)})\."
-    rf"(?=,?\s+(?:[0-9]|(?:{_FULL_MONTH})\b))"
+    rf"(?<![\w.])(?P<abbreviation>{alternation(WEEKDAY_ABBREVIATIONS)})\."
+    rf"(?=,?\s+(?:[0-9]|(?:{FULL_MONTH})\b))"
 )
 
 
@@ -382,7 +319,7 @@ def _rewrite_weekday(match: re.Match[str]) -> str:
 
 _DOTTED_ABBREVIATION = re.compile(
     r"(?<![\w.])(?P<abbreviation>"
-    + _alternation([*LEADING_ABBREVIATIONS, *TRAILING_ABBREVIATIONS, "Dr", "St"])
+    + alternation([*LEADING_ABBREVIATIONS, *TRAILING_ABBREVIATIONS, "Dr", "St"])
     + r")\."
 )
 
@@ -390,19 +327,19 @@ _DOTTED_ABBREVIATION = re.compile(
 def _rewrite_dotted_abbreviation(match: re.Match[str]) -> str:
     abbreviation = match.group("abbreviation")
     text = match.string
-    next_is_capitalised = _CAPITALISED_WORD_FOLLOWS.match(text, match.end()) is not None
+    next_is_capitalised = CAPITALISED_WORD_FOLLOWS.match(text, match.end()) is not None
     if abbreviation == "Dr":
         preceding = text[max(0, match.start() - 40) : match.start()]
-        if not next_is_capitalised and _CAPITALISED_WORD_ENDS.search(preceding):
-            return _fit(match, _keep_final_period(match, "Drive"))
-        return _fit(match, "Doctor")
+        if not next_is_capitalised and CAPITALISED_WORD_ENDS.search(preceding):
+            return fit(match, keep_final_period(match, "Drive"))
+        return fit(match, "Doctor")
     if abbreviation == "St":
         if next_is_capitalised:
-            return _fit(match, "Saint")
-        return _fit(match, _keep_final_period(match, "Street"))
+            return fit(match, "Saint")
+        return fit(match, keep_final_period(match, "Street"))
     if abbreviation in LEADING_ABBREVIATIONS:
-        return _fit(match, LEADING_ABBREVIATIONS[abbreviation])
-    return _fit(match, _keep_final_period(match, TRAILING_ABBREVIATIONS[abbreviation]))
+        return fit(match, LEADING_ABBREVIATIONS[abbreviation])
+    return fit(match, keep_final_period(match, TRAILING_ABBREVIATIONS[abbreviation]))
 
 
 _LATIN_ABBREVIATION = re.compile(r"(?<![\w.])(?P<first>[eEiI])\.(?P<second>[gGeE])\.")
@@ -411,7 +348,7 @@ _LATIN_ABBREVIATION = re.compile(r"(?<![\w.])(?P<first>[eEiI])\.(?P<second>[gGeE
 def _rewrite_latin_abbreviation(match: re.Match[str]) -> str:
     key = (match.group("first") + match.group("second")).lower()
     words = LATIN_ABBREVIATIONS.get(key)
-    return match.group(0) if words is None else _fit(match, words)
+    return match.group(0) if words is None else fit(match, words)
 
 
 _BARE_ABBREVIATION = re.compile(r"(?<![\w.])(?P<abbreviation>vs|etc)(?![\w.])")
@@ -419,14 +356,14 @@ _BARE_ABBREVIATION = re.compile(r"(?<![\w.])(?P<abbreviation>vs|etc)(?![\w.])")
 
 def _rewrite_bare_abbreviation(match: re.Match[str]) -> str:
     words = "versus" if match.group("abbreviation") == "vs" else "et cetera"
-    return _fit(match, words)
+    return fit(match, words)
 
 
 _NUMBER_SIGN = re.compile(r"(?:(?<![\w.])[Nn]o\.\s?|#\s?)(?=[0-9])")
 
 
 def _rewrite_number_sign(match: re.Match[str]) -> str:
-    return _fit(match, "number ")
+    return fit(match, "number ")
 
 
 # --- rewrites: money, percentages, units ------------------------------------------
@@ -434,13 +371,13 @@ def _rewrite_number_sign(match: re.Match[str]) -> str:
 _CURRENCY_SYMBOLS = "".join(CURRENCIES)
 _SCALE = (
     r"(?:\s?(?P<scale_word>thousand|million|billion|trillion)(?!\w)"
-    rf"|(?P<scale_abbreviation>{_alternation(SCALE_ABBREVIATIONS)})(?!\w))"
+    rf"|(?P<scale_abbreviation>{alternation(SCALE_ABBREVIATIONS)})(?!\w))"
 )
 _PREFIX_MONEY = re.compile(
     rf"(?:(?<!\w)(?P<sign>-))?(?P<symbol>[{_CURRENCY_SYMBOLS}])\s?"
-    rf"{_INTEGER}{_FRACTION}{_NUMBER_END}{_SCALE}?"
+    rf"{INTEGER}{FRACTION}{NUMBER_END}{_SCALE}?"
 )
-_SUFFIX_MONEY = re.compile(rf"{_NUMBER}\s?(?P<symbol>[{_CURRENCY_SYMBOLS}])")
+_SUFFIX_MONEY = re.compile(rf"{NUMBER}\s?(?P<symbol>[{_CURRENCY_SYMBOLS}])")
 
 
 def _say_money(match: re.Match[str]) -> str:
@@ -459,7 +396,7 @@ def _say_money(match: re.Match[str]) -> str:
         or currency.minor_singular is None
         or currency.minor_plural is None
     ):
-        unit = currency.major_singular if _is_exactly_one(match) else currency.major_plural
+        unit = currency.major_singular if is_exactly_one(match) else currency.major_plural
         words = f"{decimal(integer, fraction)} {unit}"
     else:
         minor = int(fraction.ljust(2, "0"))
@@ -476,34 +413,34 @@ def _say_money(match: re.Match[str]) -> str:
             words = f"{major_words} and {minor_words}"
     if match.group("sign"):
         words = f"{SIGN_WORDS[match.group('sign')]} {words}"
-    return _fit(match, words)
+    return fit(match, words)
 
 
-_PERCENTAGE = re.compile(rf"{_NUMBER}\s?%")
+_PERCENTAGE = re.compile(rf"{NUMBER}\s?%")
 
 
 def _rewrite_percentage(match: re.Match[str]) -> str:
-    return _fit(match, f"{_signed_number(match)} percent")
+    return fit(match, f"{signed_number(match)} percent")
 
 
 _UNIT_PATTERN = "|".join(
     [r"°\s?C", r"°\s?F"] + [re.escape(unit) for unit in sorted(UNITS, key=len, reverse=True)]
 )
-_NUMBER_WITH_UNIT = re.compile(rf"{_NUMBER}\s?(?P<unit>{_UNIT_PATTERN})(?![\w/])")
+_NUMBER_WITH_UNIT = re.compile(rf"{NUMBER}\s?(?P<unit>{_UNIT_PATTERN})(?![\w/])")
 
 
 def _rewrite_number_with_unit(match: re.Match[str]) -> str:
     unit_key = "".join(match.group("unit").split())
     singular, plural = UNITS[unit_key]
-    unit = singular if _is_exactly_one(match) else plural
-    return _fit(match, f"{_signed_number(match)} {unit}")
+    unit = singular if is_exactly_one(match) else plural
+    return fit(match, f"{signed_number(match)} {unit}")
 
 
 # --- rewrites: years, ordinals ------------------------------------------------------
 
 _YEAR_IN_CONTEXT = re.compile(
-    rf"\b(?P<cue>(?i:{'|'.join(YEAR_CUE_WORDS)}))\s+(?P<first>{_YEAR_NUMBER})"
-    rf"(?:(?P<joiner>\s*[-\u2013]\s*|\s+(?:and|or|to)\s+)(?P<second>{_YEAR_NUMBER}))?"
+    rf"\b(?P<cue>(?i:{'|'.join(YEAR_CUE_WORDS)}))\s+(?P<first>{YEAR_NUMBER})"
+    rf"(?:(?P<joiner>\s*[-\u2013]\s*|\s+(?:and|or|to)\s+)(?P<second>{YEAR_NUMBER}))?"
     r"(?![\w%]|[.,][0-9])"
 )
 
@@ -518,11 +455,11 @@ def _rewrite_year_in_context(match: re.Match[str]) -> str:
     return words
 
 
-_ORDINAL_NUMBER = re.compile(rf"{_NUMBER_START}{_INTEGER}(?i:st|nd|rd|th)(?!\w)")
+_ORDINAL_NUMBER = re.compile(rf"{NUMBER_START}{INTEGER}(?i:st|nd|rd|th)(?!\w)")
 
 
 def _rewrite_ordinal_number(match: re.Match[str]) -> str:
-    return _fit(match, ordinal(match.group("int").replace(",", "")))
+    return fit(match, ordinal(match.group("int").replace(",", "")))
 
 
 # --- rewrites: symbols and plain numbers -------------------------------------------
@@ -547,18 +484,18 @@ _DOTTED_NUMBER = re.compile(r"(?<![0-9])(?<![0-9][.,])[0-9]+(?:\.[0-9]+){2,}(?![
 
 
 def _rewrite_dotted_number(match: re.Match[str]) -> str:
-    return _fit(match, " dot ".join(cardinal(part) for part in match.group(0).split(".")))
+    return fit(match, " dot ".join(cardinal(part) for part in match.group(0).split(".")))
 
 
-_PLAIN_NUMBER = re.compile(_NUMBER)
+_PLAIN_NUMBER = re.compile(NUMBER)
 
 
 def _rewrite_plain_number(match: re.Match[str]) -> str:
-    return _fit(match, _signed_number(match))
+    return fit(match, signed_number(match))
 
 
 # A comma between digits that no earlier rewrite claimed is not a thousands separator
-# (_INTEGER takes those: "1,250"): it separates the items of a list ("1,2,3", "1,2345").
+# (INTEGER takes those: "1,250"): it separates the items of a list ("1,2,3", "1,2345").
 _DIGIT_RUN = re.compile(r"(?P<digits>[0-9]+)(?P<list_comma>,(?=[0-9]))?")
 
 
@@ -567,7 +504,7 @@ def _rewrite_digit_run(match: re.Match[str]) -> str:
     comma gets its space ("1,2,3": "one, two, three"), so the phonemiser pauses there
     and a long list can be cut into chunks at its commas."""
     words = cardinal(match.group("digits"))
-    return _fit(match, f"{words}, " if match.group("list_comma") else words)
+    return fit(match, f"{words}, " if match.group("list_comma") else words)
 
 
 class _Rewrite(NamedTuple):
@@ -638,8 +575,8 @@ def normalize_english(text: str) -> str:
     comes back unchanged apart from that.  Never raises on any ``str``.
     """
     text = _clean_characters(text)
-    has_digits = _ASCII_DIGIT.search(text) is not None
+    has_digits = ASCII_DIGIT.search(text) is not None
     for rewrite in _REWRITES:
         if has_digits or not rewrite.needs_digits:
             text = rewrite.pattern.sub(rewrite.replace, text)
-    return _WHITESPACE.sub(" ", text).strip()
+    return WHITESPACE.sub(" ", text).strip()

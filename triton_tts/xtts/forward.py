@@ -34,13 +34,8 @@ from triton_tts.client.voices import XTTS_KIND, VoiceInfo
 from triton_tts.contract.validation import InvalidRequest, one_item
 from triton_tts.runtime import internal
 from triton_tts.runtime.admission import Ledger, Work
-from triton_tts.runtime.bls import (
-    ChunkFailed,
-    LongTextSettings,
-    RequestCancelled,
-    read_caller,
-    wait_deadline_us,
-)
+from triton_tts.runtime.long_text.ending import ChunkFailed, RequestCancelled
+from triton_tts.runtime.long_text.request import LongTextSettings, read_caller, wait_deadline_us
 from triton_tts.runtime.metrics import TTSMetrics
 from triton_tts.runtime.request_options import input_array, one_value
 from triton_tts.xtts import defaults

@@ -50,7 +50,7 @@ from triton_tts.contract.config_parameters import string_parameters
 from triton_tts.contract.errors import RequestErrors, request_id
 from triton_tts.runtime import internal
 from triton_tts.runtime.admission import AdmissionSettings, Ledger, busy_message
-from triton_tts.runtime.bls import Cancellation
+from triton_tts.runtime.long_text.ending import Cancellation
 from triton_tts.xtts import defaults
 from triton_tts.xtts.capacity import ThroughputWindow
 from triton_tts.xtts.clips import ClipCache, ClipSettings

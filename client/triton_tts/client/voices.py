@@ -1,7 +1,7 @@
 """What a built repository serves: one description per voice, in one JSON.
 
 A build writes it (:meth:`VoiceInfo.list_to_json`) into the ``voices`` parameter of the
-``tts`` and ``tts_stream`` configs; the long-text models (triton_tts/runtime/bls.py), the
+``tts`` and ``tts_stream`` configs; the long-text models (triton_tts/runtime/long_text/), the
 gateway and :meth:`TTSClient.voices` read it back (:meth:`VoiceInfo.list_from_json`).
 The standard library only: the models inside Triton import it, and they need none of
 the client's transports.

@@ -6,13 +6,13 @@ ensemble while earlier ones are being
 delivered. Every response carries AUDIO, SAMPLE_RATE, CHUNK_INDEX and IS_LAST; the final
 flag is always sent (from a ``finally``), also after an error, and a cancelled request
 (the client went away) or one its own ``timeout`` outlives stops before its next chunk
-(triton_tts.runtime.bls.Cancellation). A stream is admitted in ``execute`` while the listeners'
+(triton_tts.runtime.long_text.ending.Cancellation). A stream is admitted in ``execute`` while the listeners'
 real-time demand fits the server's capacity (triton_tts.runtime.admission), then runs in a
 thread; one that does not fit yet waits in the ledger's queue for room, in a thread, as
 long as its predicted wait fits its deadline (its ``max_wait_ms`` or ``timeout``, or the
 default wait), and is refused at once when it would not. Each stream is paced to playback
 (``lead_ms``, triton_tts.runtime.pacing): a later chunk starts when the audio sent leads the
-listener by less; its chunks go with priorities by deadline (triton_tts.runtime.bls.Senders,
+listener by less; its chunks go with priorities by deadline (triton_tts.runtime.long_text.send.Senders,
 through triton_tts.runtime.loopback).
 ``finalize`` ends pacing and waits for streams in flight. The response
 sender is never touched after the final flag. Outcomes, throughput and first-chunk latency
@@ -36,20 +36,10 @@ from triton_tts.client.voices import VoiceInfo
 from triton_tts.contract.config_parameters import string_parameters
 from triton_tts.contract.errors import RequestErrors, request_id
 from triton_tts.runtime.admission import AdmissionSettings, Ledger, Refused, Work
-from triton_tts.runtime.bls import (
-    Cancellation,
-    LongTextRequest,
-    LongTextSettings,
-    PrioritySender,
-    RequestCancelled,
-    Senders,
-    chunk_times,
-    error_response,
-    in_order,
-    outcome,
-    read_request,
-    word_tensors,
-)
+from triton_tts.runtime.long_text.deliver import chunk_times, in_order, word_tensors
+from triton_tts.runtime.long_text.ending import Cancellation, RequestCancelled, error_response, outcome
+from triton_tts.runtime.long_text.request import LongTextRequest, LongTextSettings, read_request
+from triton_tts.runtime.long_text.send import PrioritySender, Senders
 from triton_tts.runtime.loopback import Loopback
 from triton_tts.runtime.metrics import TTSMetrics
 from triton_tts.runtime.pacing import Pacer, released_by_file

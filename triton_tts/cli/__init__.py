@@ -12,124 +12,45 @@ triton-tts gateway --triton-url localhost:8001 --port 8080   # OpenAI-compatible
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import logging
 import os
 import re
-import secrets
-import signal
-import subprocess
 import sys
-from collections.abc import Callable
-from contextlib import ExitStack
-from dataclasses import Field
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tritonclient.utils import InferenceServerException
 
-from triton_tts.build.model_configs import THREADS, BuildOptions, build_option_fields
+from triton_tts.cli.options import (
+    UserError,
+    add_build_options,
+    add_lexicon_argument,
+    build_options,
+    output_folder,
+    read_lexicons,
+    voice_dirs,
+)
+from triton_tts.cli.serve import cmd_serve
 from triton_tts.client.cli import add_client_commands
-from triton_tts.client.tts_client import TTSError, env_api_key
+from triton_tts.client.tts_client import TTSError
 from triton_tts.contract import paths
 from triton_tts.contract.validation import InvalidRequest
 from triton_tts.gateway import command as gateway_command
-from triton_tts.ops.server import DRAIN_TIMEOUT_S, LOCAL_HOST, TritonCrashed, TritonServer, drain, supervised
+from triton_tts.ops.lifecycle import DRAIN_TIMEOUT_S
+from triton_tts.ops.server import LOCAL_HOST
 
 if TYPE_CHECKING:
     from triton_tts.contract.voice import Voice
     from triton_tts.text.pronounce import Lexicon
 
-ADMIN_KEY_ENV = "TRITON_TTS_ADMIN_KEY"  # default: a fresh random key per start
-
-log = logging.getLogger("triton_tts")
-
-
-class UserError(Exception):
-    """An expected failure whose message names the cause and the way out: main() prints it
-    as one line, without a traceback (-v shows one)."""
-
-
-def _option_value(option: Field[Any]) -> Callable[[str], int | str]:
-    """The argparse type of a build option: its bounds, as declared in BuildOptions."""
-    meta = option.metadata
-
-    def parse(text: str) -> int | str:
-        if meta["pattern"]:
-            if not re.fullmatch(meta["pattern"], text):
-                raise argparse.ArgumentTypeError(f"{text!r} does not match {meta['pattern']}")
-            return text
-        value = int(text)  # ValueError: argparse says "invalid integer value"
-        if meta["minimum"] is not None and value < meta["minimum"]:
-            raise argparse.ArgumentTypeError(f"{value} is below the minimum, {meta['minimum']}")
-        if meta["maximum"] is not None and value > meta["maximum"]:
-            raise argparse.ArgumentTypeError(f"{value} is above the maximum, {meta['maximum']}")
-        return value
-
-    parse.__name__ = "string" if meta["pattern"] else "integer"
-    return parse
-
-
-def add_build_options(parser: argparse.ArgumentParser) -> None:
-    """Tuning knobs rendered into the configs: one flag per BuildOptions option, named
-    after its field (``max_batch_size``: ``--max-batch-size``); see triton_tts/build/model_configs.py."""
-    group = parser.add_argument_group("repository build options")
-    for option in build_option_fields():
-        default: Any = option.default
-        group.add_argument(
-            "--" + option.name.replace("_", "-"),
-            type=_option_value(option),
-            nargs="*" if isinstance(default, tuple) else None,
-            default=list(default) if isinstance(default, tuple) else default,
-            metavar="auto|N" if option.metadata["pattern"] == THREADS else "N",
-            help=option.metadata["help"],
-        )
-
-
-def build_options(args: argparse.Namespace) -> BuildOptions:
-    values: dict[str, Any] = {}
-    for option in build_option_fields():
-        value = getattr(args, option.name)
-        values[option.name] = tuple(value) if isinstance(value, list) else value
-    return BuildOptions(**values, lexicons=_lexicons(getattr(args, "lexicon", None)))
-
-
-def add_lexicon_argument(parser: argparse.ArgumentParser, help: str | None = None) -> None:
-    served = "for the voices of LANG (default en); repeatable (docs/api.md, 'Lexicons')"
-    help = help or f"pronunciation lexicon, word<TAB>IPA per line, {served}"
-    parser.add_argument("--lexicon", action="append", metavar="[LANG=]FILE", help=help)
-
-
-def _lexicons(specs: list[str] | None) -> tuple[Lexicon, ...]:
-    from triton_tts.text.pronounce import load_lexicon
-
-    try:
-        return tuple(load_lexicon(spec) for spec in specs or [])
-    except ValueError as err:
-        raise UserError(str(err)) from None
-
-
-def _voice_dirs(args: argparse.Namespace) -> list[Path]:
-    """The --voice folders, chunk voices and XTTS voices alike, each checked before any work."""
-    from triton_tts.ops.repository import ensure_voice
-
-    dirs: list[Path] = args.voice or [paths.default_voice_dir()]
-    return [ensure_voice(folder) for folder in dirs]
-
-
-def _output_folder(out: Path) -> Path:
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} is a file: give a folder to write into")
-    return out
-
 
 def cmd_build_repo(args: argparse.Namespace) -> int:
     from triton_tts.ops.repository import build_repository
 
-    _output_folder(args.out)
-    build_repository(_voice_dirs(args), args.out, build_options(args))
+    output_folder(args.out)
+    build_repository(voice_dirs(args), args.out, build_options(args))
     return 0
 
 
@@ -138,7 +59,7 @@ def cmd_export_coqui(args: argparse.Namespace) -> int:
     from triton_tts.export.coqui import cli as coqui
     from triton_tts.export.coqui.loading import DownloadFailed
 
-    _output_folder(args.out)
+    output_folder(args.out)
     try:
         coqui.run(args)
     except DownloadFailed as err:
@@ -149,7 +70,7 @@ def cmd_export_coqui(args: argparse.Namespace) -> int:
 def cmd_export_piper(args: argparse.Namespace) -> int:
     from triton_tts.export import piper
 
-    _output_folder(args.out)
+    output_folder(args.out)
     if args.onnx and not args.onnx.is_file():
         raise UserError(f"no Piper voice at --onnx {args.onnx}: give the path of a Piper .onnx file")
     config = args.config or (args.onnx and args.onnx.with_suffix(args.onnx.suffix + ".json"))
@@ -169,7 +90,7 @@ def cmd_export_piper(args: argparse.Namespace) -> int:
 def cmd_export_kokoro(args: argparse.Namespace) -> int:
     from triton_tts.export import kokoro, kokoro_arguments
 
-    _output_folder(args.out)
+    output_folder(args.out)
     given = (("--onnx", args.onnx), ("--voices", args.voices), ("--packages", args.packages))
     for flag, path in (*given, ("--checkpoint", args.checkpoint), ("--config", args.config)):
         if path is not None and not path.exists():
@@ -236,7 +157,7 @@ def cmd_frontend(args: argparse.Namespace) -> int:
         if voice is None
         else frontend_for(voice.phonemizer_language, voice.tokens)
     )
-    lexicons = [x for x in _lexicons(args.lexicon) if x.serves(frontend.language)]
+    lexicons = [x for x in read_lexicons(args.lexicon) if x.serves(frontend.language)]
     if voice is not None:
         _check_lexicons(lexicons, TextReader(voice))
     text = " ".join(args.text)
@@ -263,10 +184,6 @@ def cmd_frontend(args: argparse.Namespace) -> int:
     return 0
 
 
-def _stop_on_signal(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def cmd_export_int8(args: argparse.Namespace) -> int:
     from triton_tts.export import quantize
     from triton_tts.ops.repository import ensure_default_voice
@@ -274,137 +191,6 @@ def cmd_export_int8(args: argparse.Namespace) -> int:
 
     quantize.run(ensure_default_voice(args.voice), args.out, gate_thresholds(args), tuple(args.stages))
     return 0
-
-
-def cmd_serve(args: argparse.Namespace) -> int:
-    from triton_tts.ops.repository import build_repository
-
-    # Ctrl-C, `kill` and Kubernetes all stop the server the same way: Triton drains
-    # in-flight requests, then exits. Installed explicitly, since a shell may start us
-    # with SIGINT ignored (background jobs), and SIGTERM would otherwise orphan Triton.
-    signal.signal(signal.SIGINT, _stop_on_signal)
-    signal.signal(signal.SIGTERM, _stop_on_signal)
-    if not args.no_build:
-        build_repository(_voice_dirs(args), Path(args.model_repository), build_options(args))
-    server = TritonServer(
-        args.model_repository,
-        http_port=args.http_port,
-        grpc_port=args.grpc_port,
-        metrics_port=args.metrics_port,
-        model_config_name=args.model_config_name,
-        log_verbose=args.log_verbose,
-        extra_args=list(args.triton_arg or []),
-        # The admin APIs' key (the watchdog's model control among them); clients never see
-        # it, and no log line shows it. The API key guards Triton's callers' APIs too.
-        admin_key=os.environ.get(ADMIN_KEY_ENV) or secrets.token_urlsafe(24),
-        api_key=env_api_key(),  # the first of TRITON_TTS_API_KEY's keys
-        host=args.host,
-    )
-    # From here on, what serve and its children write (the run folder's files, Triton's
-    # log, the gateway's) is its user's alone; the repository above keeps the caller's umask.
-    os.umask(0o077)
-    server.start()
-    with ExitStack() as supervision:
-        return _serve(args, server, supervision)
-
-
-def _start_gateway(args: argparse.Namespace, server: TritonServer, supervision: ExitStack) -> None:
-    """The gateway as a child process; at a stop it is told first (SIGTERM: it refuses new
-    requests and finishes those in flight while Triton drains), and waited for last."""
-    extra = ["--host", args.host, "--riva-port", str(args.riva_port)]
-    gateway = gateway_command.start_child(args.gateway_port, server.grpc_url, extra)
-
-    def stop() -> None:
-        if gateway.poll() is None:
-            gateway.terminate()
-        try:
-            gateway.wait(timeout=args.drain_timeout + 10)
-        except subprocess.TimeoutExpired:
-            gateway.kill()
-
-    supervision.callback(stop)
-    gateway_command.wait_live(args.gateway_port, gateway, host=server.local_host)
-
-
-START_ATTEMPTS = 3  # of tritonserver, when it crashes before it is ready
-
-
-def _start_up(args: argparse.Namespace, server: TritonServer, supervision: ExitStack) -> None:
-    """Wait for the started server, under the watchdog from tritonserver's start on (a stub
-    killed during warm-up or the capacity measurement heals as one killed under load does);
-    a tritonserver that crashes meanwhile (2.51 does, when a stub dies in its warm-up) is
-    started afresh, up to START_ATTEMPTS times."""
-    for attempt in itertools.count(1):
-        watched = ExitStack()
-        if not args.no_watchdog:
-            watched.enter_context(supervised(server, args.health_port or None))
-        try:
-            server.wait_ready()
-        except TritonCrashed as err:
-            watched.close()
-            server.stop()
-            if attempt >= START_ATTEMPTS:
-                raise
-            log.warning("%s; starting it again (%d of %d)", err, attempt + 1, START_ATTEMPTS)
-            server.start()
-            continue
-        except BaseException:
-            watched.close()
-            raise
-        supervision.enter_context(watched)
-        return
-
-
-def _serve(args: argparse.Namespace, server: TritonServer, supervision: ExitStack) -> int:
-    try:
-        _start_up(args, server, supervision)
-        if args.gateway_port:
-            _start_gateway(args, server, supervision)
-        print(
-            "\ntriton-tts is ready (warm-up done).\n"
-            f"  HTTP    localhost:{args.http_port}   gRPC localhost:{args.grpc_port}"
-            f"   metrics http://localhost:{args.metrics_port}/metrics\n"
-            f'  speak:  triton-tts say "Hello from Triton." -o hello.wav --url localhost:{args.http_port}\n'
-            f"          triton-tts say 'Hello.' --protocol grpc --url localhost:{args.grpc_port} -o hi.wav\n"
-            + (
-                f"  health  http://localhost:{args.health_port}/ready (every instance alive)\n"
-                if args.health_port
-                else ""
-            )
-            + (
-                f"  OpenAI  http://localhost:{args.gateway_port}/v1/audio/speech   "
-                f"listen: http://localhost:{args.gateway_port}/\n"
-                if args.gateway_port
-                else ""
-            )
-            + (
-                f"  Riva    localhost:{args.riva_port} (gRPC: Riva's TTS API, as NVIDIA plugins speak)\n"
-                if args.gateway_port and args.riva_port
-                else ""
-            )
-            + "  Ctrl-C stops the server.\n",
-            flush=True,
-        )
-        assert server.process is not None
-        return server.process.wait()
-    except KeyboardInterrupt:
-        # The watchdog and /ready first: stopping stubs are not to be healed, and the
-        # probes take the pod out of rotation while what is in flight finishes.
-        supervision.close()
-        print("\ndraining: letting tts and tts_stream requests in flight finish...", flush=True)
-        try:
-            left = drain(server, args.drain_timeout)
-        except KeyboardInterrupt:
-            left = None  # a second signal: stop now
-        if left:
-            print(f"{left} request(s) still in flight after {args.drain_timeout:g} s", flush=True)
-        print("stopping tritonserver...", flush=True)
-        return server.stop() or 0
-    except (RuntimeError, TimeoutError) as err:
-        supervision.close()
-        server.stop()  # first: a Triton left up (the gate's --exit-on-error=false) logs its stop
-        print(f"triton-tts: {err}", file=sys.stderr)
-        return 1
 
 
 def _add_inspection_commands(sub: Any, defaults: type[argparse.HelpFormatter]) -> None:
@@ -680,7 +466,3 @@ def main(argv: list[str] | None = None) -> int:
             raise
     print(f"triton-tts: {message}", file=sys.stderr)
     return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
