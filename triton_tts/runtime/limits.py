@@ -269,13 +269,12 @@ def measure(voice: object, voice_dir: Path) -> tuple[list[tuple[float, int, int]
     and the voice's audio seconds per normalised character of prose (:data:`RATE_TEXTS`
     at speed 1 and the voice's own NOISE_W, as requests are served by default)."""
     import numpy as np
+    import onnxruntime as ort
 
     from triton_tts.contract.voice import ACOUSTIC_FILE, Voice
     from triton_tts.runtime.stages import AcousticRunner, RunFailed
     from triton_tts.text.frontend import is_chinese
     from triton_tts.text.reader import TextReader
-
-    import onnxruntime as ort
 
     assert isinstance(voice, Voice)
     ort.set_seed(CALIBRATION_SEED)  # before the session: its random ops draw from it
