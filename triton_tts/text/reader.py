@@ -41,6 +41,20 @@ def _put_back(phonemes: str, stand_in: str, given: list[str]) -> str | None:
     return pattern.sub(lambda _: " ".join(next(queue).split()), phonemes)
 
 
+def _with_stand_ins(pieces: list[tuple[bool, str]]) -> str:
+    """The text with the stand-in word where each given pronunciation is: spaced from the
+    words around it, but not from punctuation that follows (a voice that keeps punctuation
+    as symbols would otherwise keep the space before it too: one symbol more)."""
+    out = []
+    for index, (is_given, piece) in enumerate(pieces):
+        if not is_given:
+            out.append(piece)
+            continue
+        after = pieces[index + 1][1] if index + 1 < len(pieces) else ""
+        out.append(f" {STAND_IN}" + ("" if after[:1] in ".,;:!?" and after else " "))
+    return "".join(out)
+
+
 @dataclass(frozen=True)
 class Reading:
     ids: list[int]
@@ -137,9 +151,7 @@ class TextReader:
             return phonemizer.symbols(texts, self.voice.tokens)
         for text in texts:
             self.check(text)
-        stand_ins = [
-            "".join(f" {STAND_IN} " if is_given else piece for is_given, piece in pieces) for pieces in split
-        ]
+        stand_ins = [_with_stand_ins(pieces) for pieces in split]
         said = phonemizer.symbols(stand_ins, self.voice.tokens)
         stand_in = phonemizer.symbols([STAND_IN], self.voice.tokens)[0].strip()
         out = []
