@@ -92,6 +92,7 @@ def test_model_metadata_names_the_contract(http) -> None:
         "TIMESTAMPS": "BOOL",
         "TEXT_FORMAT": "BYTES",
         "LEXICON": "BYTES",
+        "VOICE_MIX": "BYTES",  # a style voice's blend (Kokoro); other voices refuse it
         # passed on to an XTTS voice's model (triton_tts/xtts/forward.py)
         "LANGUAGE": "BYTES",
         "REFERENCE_AUDIO": "FP32",
