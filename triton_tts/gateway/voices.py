@@ -73,9 +73,8 @@ class Voices:
     async def resolve(self, name: str | None) -> Resolved:
         """``name`` (a served voice, ``voice:speaker`` by speaker name or id, a speaker's
         name alone, an alias, or a mix of a style voice's speakers) -> (voice, speaker id,
-        mix). An XTTS voice's speaker
-        that the build did not list (one uploaded since) goes on by name, as VOICE
-        ``voice:speaker``."""
+        mix). An XTTS voice's speaker that the build did not list (one uploaded since) goes
+        on by name, as VOICE ``voice:speaker``."""
         served = {v.name: v for v in await self.served()}
         wanted = (name or "").strip() or next(iter(served))
         wanted = (await self.aliases()).get(wanted, wanted)
