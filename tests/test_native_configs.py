@@ -22,10 +22,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
-import sys
-import types
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -38,6 +35,7 @@ from google.protobuf import json_format
 from onnx import TensorProto
 from tritonclient.grpc import model_config_pb2 as mc
 
+from testkit.python_backend import Request, python_backend_stand_in
 from tests.helpers import DETERMINISTIC, dims_compatible, export_random_coqui_voice
 from triton_tts.build.model_configs import GPU_VARIANTS, VOICE_SEPARATOR, parse
 from triton_tts.client.voices import VoiceInfo
@@ -262,111 +260,6 @@ def test_native_configs_match_their_graphs(repository: Path, served: VoiceUnderT
 
 # --- 2. the native batcher's part ----------------------------------------------------------
 
-PB_UTILS = "triton_python_backend_utils"
-# Modules that bind it at module level, imported afresh under the stand-in.
-BINDS_PB_UTILS = (
-    "triton_tts.runtime.request_options",
-    "triton_tts.contract.errors",
-    "triton_tts.runtime.long_text",
-    "triton_tts.runtime.long_text.ending",
-    "triton_tts.runtime.long_text.request",
-    "triton_tts.runtime.long_text.send",
-    "triton_tts.runtime.long_text.deliver",
-)
-
-
-class _Tensor:
-    def __init__(self, name: str, value: Any) -> None:
-        self._name, self._value = name, np.asarray(value)
-
-    def name(self) -> str:
-        return self._name
-
-    def as_numpy(self) -> npt.NDArray[Any]:
-        return self._value
-
-
-class _TritonError(Exception):
-    UNKNOWN, INTERNAL, NOT_FOUND, INVALID_ARG = 0, 1, 2, 3
-
-    def __init__(self, message: str, code: int = INTERNAL) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-class _Response:
-    def __init__(self, output_tensors: Sequence[_Tensor] = (), error: _TritonError | None = None) -> None:
-        self.tensors = {t.name(): t.as_numpy() for t in output_tensors}
-        self.error = error
-
-
-class _Sender:
-    def __init__(self) -> None:
-        self.responses: list[_Response] = []
-
-    def send(self, response: _Response | None = None, flags: int = 0) -> None:
-        if response is not None:
-            self.responses.append(response)
-
-
-class _Request:
-    def __init__(self, tensors: Tensors) -> None:
-        self._inputs = [_Tensor(name, value) for name, value in tensors.items()]
-        self.sender = _Sender()
-
-    def inputs(self) -> list[_Tensor]:
-        return self._inputs
-
-    def get_response_sender(self) -> _Sender:
-        return self.sender
-
-    def request_id(self) -> str:
-        return ""
-
-
-class _Logger:
-    @staticmethod
-    def log_info(message: str) -> None:
-        log.info("%s", message)
-
-    @staticmethod
-    def log_warn(message: str) -> None:
-        log.warning("%s", message)
-
-    @staticmethod
-    def log_error(message: str) -> None:
-        log.error("%s", message)
-
-
-def _get_input(request: _Request, name: str) -> _Tensor | None:
-    return next((t for t in request.inputs() if t.name() == name), None)
-
-
-STAND_IN = types.ModuleType(PB_UTILS, "What the repository's Python models use of the backend's utils.")
-STAND_IN.__dict__.update(
-    Tensor=_Tensor,
-    TritonError=_TritonError,
-    InferenceResponse=_Response,
-    Logger=_Logger,
-    get_input_tensor_by_name=_get_input,
-    TRITONSERVER_RESPONSE_COMPLETE_FINAL=1,
-)
-
-
-@contextmanager
-def python_backend_stand_in() -> Iterator[None]:
-    """Import Triton models with the stand-in as ``triton_python_backend_utils``; modules
-    that bind it at import are imported afresh, and everything is put back afterwards."""
-    names = (PB_UTILS, *BINDS_PB_UTILS)
-    saved = {name: sys.modules.pop(name) for name in names if name in sys.modules}
-    sys.modules[PB_UTILS] = STAND_IN
-    try:
-        yield
-    finally:
-        for name in names:
-            sys.modules.pop(name, None)
-        sys.modules.update(saved)
-
 
 class Stage(Protocol):
     batches: list[list[int]]
@@ -400,13 +293,13 @@ class PythonStage:
     def execute(self, requests: list[Tensors]) -> list[Tensors]:
         """One execution with every request (Python models take ragged batches)."""
         self.batches.append(list(range(len(requests))))
-        wrapped = [_Request(r) for r in requests]
+        wrapped = [Request(r) for r in requests]
         returned = self.model.execute(wrapped)
         if returned is None:  # answered through the response senders
             assert all(len(r.sender.responses) == 1 for r in wrapped)
             returned = [r.sender.responses[0] for r in wrapped]
         for response in returned:
-            assert response.error is None, str(response.error)
+            assert not response.has_error(), str(response.error())
         return [response.tensors for response in returned]
 
 

@@ -229,11 +229,14 @@ class TTSMetrics:
                 self._in_flight.increment(-1)
 
     def record_ok(
-        self, voice: str, characters: int, audio_s: float, processing_s: float, chunks: int
+        self, voice: str, characters: int, audio_s: float, processing_s: float, chunks: int, gaps: int = 0
     ) -> None:
-        """A request whose audio was all delivered."""
+        """A request whose audio was all delivered (``gaps``: a stream's,
+        triton_tts.runtime.pacing.Pacer.gaps)."""
         per_voice = self._voices[voice]
         with self._lock:
+            if self._gaps is not None and gaps:
+                self._gaps.increment(gaps)
             self._requests["ok"].increment(1)
             per_voice.characters.increment(characters)
             per_voice.audio_seconds.increment(audio_s)
@@ -289,9 +292,3 @@ class TTSMetrics:
                             STAGE_CAPACITY, voice=voice, stage=stage
                         )
                     self._stage_capacity[(voice, stage)].set(value)
-
-    def record_gaps(self, count: int) -> None:
-        """A stream's gaps (triton_tts.runtime.pacing.Pacer.gaps)."""
-        if self._gaps is not None and count:
-            with self._lock:
-                self._gaps.increment(count)

@@ -34,13 +34,13 @@ from triton_tts.client.voices import XTTS_KIND, VoiceInfo
 from triton_tts.contract.validation import InvalidRequest, one_item
 from triton_tts.runtime import internal
 from triton_tts.runtime.admission import Ledger, Work
+from triton_tts.runtime.long_text.deliver import Said
 from triton_tts.runtime.long_text.ending import ChunkFailed, RequestCancelled
 from triton_tts.runtime.long_text.request import LongTextSettings, read_caller, wait_deadline_us
 from triton_tts.runtime.metrics import TTSMetrics
 from triton_tts.runtime.request_options import input_array, one_value
 from triton_tts.xtts import defaults
 from triton_tts.xtts.requests import CANCEL_PARAMETER, JOB_PARAMETER
-from triton_tts.xtts.runner import FloatArray
 
 PASSED_ON = ("SPEED", "LANGUAGE", "REFERENCE_AUDIO", "REFERENCE_SAMPLE_RATE", "TEMPERATURE", "SEED")
 NOT_FOR_XTTS = ("NOISE_SCALE", "NOISE_W", "LEXICON")  # LEXICON: XTTS reads letters, no phonemes
@@ -219,13 +219,11 @@ def cancel_job(model: str, job: str, responses: Any = None) -> None:
         pb_utils.Logger.log_warn(f"{model}: cancelling job {job} failed: {err}")
 
 
-def forward(
-    request: Any, voice: VoiceInfo, request_id: str, cancelled: Any
-) -> Iterator[tuple[FloatArray, int, bool]]:
-    """The voice's chunks (audio, rate, is it the last) in order; ends at the model's final
-    response, or (RequestCancelled) when ``cancelled()`` says the client went away. A
-    request left before its end (cancelled, or its reader gone) has its generation
-    stopped in the model (:func:`cancel_job`)."""
+def forward(request: Any, voice: VoiceInfo, request_id: str, cancelled: Any) -> Iterator[Said]:
+    """The voice's chunks in order (for triton_tts.runtime.long_text.deliver.Delivery);
+    ends at the model's final response, or (RequestCancelled) when ``cancelled()`` says
+    the client went away. A request left before its end (cancelled, or its reader gone)
+    has its generation stopped in the model (:func:`cancel_job`)."""
     job = uuid.uuid4().hex
     responses = pb_utils.InferenceRequest(
         model_name=voice.model,
@@ -246,7 +244,7 @@ def forward(
             rate = int(pb_utils.get_output_tensor_by_name(response, "SAMPLE_RATE").as_numpy().reshape(-1)[0])
             last = bool(pb_utils.get_output_tensor_by_name(response, "IS_LAST").as_numpy().reshape(-1)[0])
             ended = last
-            yield audio.as_numpy().reshape(-1).astype(np.float32, copy=False), rate, last
+            yield Said(sent, audio.as_numpy().reshape(-1).astype(np.float32, copy=False), rate, last)
             sent += 1
             # After the last chunk the caller has sent its final flag: its sender is gone, and
             # asking it (is_cancelled) would crash Triton 2.51.

@@ -21,25 +21,18 @@ from __future__ import annotations
 
 import json
 import time
-import traceback
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-from triton_tts.client.voices import VoiceInfo
 from triton_tts.contract.config_parameters import string_parameters
 from triton_tts.contract.errors import RequestErrors, request_id
 from triton_tts.runtime.admission import AdmissionSettings, Ledger, Work
-from triton_tts.runtime.long_text.deliver import chunk_times, in_order, word_tensors
-from triton_tts.runtime.long_text.ending import Cancellation, error_response, outcome
+from triton_tts.runtime.long_text.deliver import FINAL, Deliveries
+from triton_tts.runtime.long_text.ending import error_response, outcome
 from triton_tts.runtime.long_text.request import LongTextRequest, LongTextSettings, read_request
 from triton_tts.runtime.metrics import TTSMetrics
-from triton_tts.xtts.forward import Demand, admit, forward, xtts_voice
-
-FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+from triton_tts.xtts.forward import admit, forward, xtts_voice
 
 
 class TritonPythonModel:
@@ -57,6 +50,9 @@ class TritonPythonModel:
         self.ledger = Ledger.from_environment(
             AdmissionSettings.from_parameters(params), args.get("model_repository", "")
         )
+        self.deliveries = Deliveries(
+            self.ledger, self.metrics, self.errors, self.chunks, self.settings.chunks_in_flight
+        )
 
     def execute(self, requests: list[Any]) -> None:
         # Read and admit here, answer from threads: refusals go out before any work, and
@@ -69,11 +65,21 @@ class TritonPythonModel:
                 xtts = xtts_voice(request, self.settings)
                 if xtts is not None:  # admitted here, then the whole request to its XTTS model
                     demand, work = admit(self.ledger, self.metrics, request, xtts, rid)
-                    answer = partial(self._xtts, request, sender, xtts, demand, work, rid, started)
+                    chunks = partial(forward, request, xtts, rid)
+                    answer = partial(
+                        self.deliveries.from_model,
+                        request,
+                        rid,
+                        xtts.name,
+                        demand.characters,
+                        work,
+                        started,
+                        chunks,
+                    )
                 else:
                     long_text = read_request(request, self.settings, rid)
                     work = self._admit(long_text)
-                    answer = partial(self._synthesize, request, sender, long_text, work, started)
+                    answer = partial(self.deliveries.text, request, long_text, work, started)
             except Exception as err:  # the request's own error; others are unaffected
                 self.metrics.record_error(outcome(err))
                 sender.send(error_response(self.errors, rid, err), flags=FINAL)
@@ -97,96 +103,6 @@ class TritonPythonModel:
                 long_text.audio_s,
                 self.ledger.settings.text_budget(long_text.deadline_us),
             )
-
-    def _synthesize(
-        self, request: Any, sender: Any, long_text: LongTextRequest, work: Work, started: float
-    ) -> None:
-        try:
-            with self.metrics.in_flight():
-                response = self._answer(request, long_text, work, started)
-            sender.send(response, flags=FINAL)
-        except BaseException:  # a pool thread's exception is kept in its Future, unread: log it
-            pb_utils.Logger.log_error(
-                f"tts: request {long_text.request_id} failed:\n{traceback.format_exc()}"
-            )
-            raise
-        finally:
-            self.ledger.release(work)
-            self.metrics.record_load(self.ledger)
-
-    def _xtts(
-        self,
-        request: Any,
-        sender: Any,
-        voice: VoiceInfo,
-        demand: Demand,
-        work: Work,
-        rid: str,
-        started: float,
-    ) -> None:
-        """An XTTS voice's text: its model's chunks, joined (its own crossfades); each
-        chunk's audio is work done, and the work is released when the request ends."""
-        try:
-            try:
-                with self.metrics.in_flight():
-                    cancellation = Cancellation(request.is_cancelled, request.timeout())
-                    chunks = []
-                    for audio, rate, _ in forward(request, voice, rid, cancellation):
-                        chunks.append((audio, rate))
-                        self.ledger.completed(work, audio.size / rate)
-                    joined = np.concatenate([a for a, _ in chunks])[None, :]
-                    rate = chunks[0][1]
-                self.metrics.record_ok(
-                    voice.name, demand.characters, joined.size / rate, time.monotonic() - started, len(chunks)
-                )
-                response = pb_utils.InferenceResponse(
-                    output_tensors=[
-                        pb_utils.Tensor("AUDIO", joined),
-                        pb_utils.Tensor("SAMPLE_RATE", np.array([[rate]], dtype=np.int32)),
-                    ]
-                )
-            except Exception as err:  # the request's own error; others are unaffected
-                self.metrics.record_error(outcome(err))
-                response = error_response(self.errors, rid, err)
-            sender.send(response, flags=FINAL)
-        finally:
-            self.ledger.release(work)
-            self.metrics.record_load(self.ledger)
-
-    def _answer(self, request: Any, long_text: LongTextRequest, work: Work, started: float) -> Any:
-        rid = long_text.request_id
-        try:
-            cancellation = Cancellation(request.is_cancelled, request.timeout(), started)
-            window = self.settings.chunks_in_flight
-            chunks = []
-            clock = long_text.word_clock()
-            words = []
-            for _, said in in_order(self.chunks, long_text, window, cancellation):
-                chunks.append(said)
-                if said.rate:
-                    self.ledger.completed(work, said.samples.size / said.rate)
-                if clock is not None:
-                    seconds = said.samples.size / said.rate if said.rate else 0.0
-                    words += clock.add(said.words or [], chunk_times(said.times), seconds)
-            audio = np.concatenate([said.samples for said in chunks])[None, :]
-            rate = chunks[0].rate
-        except Exception as err:  # the request's own error; others are unaffected
-            self.metrics.record_error(outcome(err))
-            return error_response(self.errors, rid, err)
-        self.metrics.record_ok(
-            long_text.voice,
-            long_text.characters,
-            audio.size / rate,
-            time.monotonic() - started,
-            len(long_text.chunks),
-        )
-        return pb_utils.InferenceResponse(
-            output_tensors=[
-                pb_utils.Tensor("AUDIO", audio),
-                pb_utils.Tensor("SAMPLE_RATE", np.array([[rate]], dtype=np.int32)),
-                *(word_tensors(words) if clock is not None else []),
-            ]
-        )
 
     def finalize(self) -> None:
         self.requests.shutdown(wait=True, cancel_futures=True)

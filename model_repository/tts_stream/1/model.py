@@ -27,40 +27,26 @@ import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
-import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from triton_tts.client.voices import VoiceInfo
 from triton_tts.contract.config_parameters import string_parameters
 from triton_tts.contract.errors import RequestErrors, request_id
 from triton_tts.runtime.admission import AdmissionSettings, Ledger, Refused, Work
-from triton_tts.runtime.long_text.deliver import chunk_times, in_order, word_tensors
+from triton_tts.runtime.long_text.deliver import FINAL, Deliveries
 from triton_tts.runtime.long_text.ending import Cancellation, RequestCancelled, error_response, outcome
 from triton_tts.runtime.long_text.request import LongTextRequest, LongTextSettings, read_request
 from triton_tts.runtime.long_text.send import PrioritySender, Senders
 from triton_tts.runtime.loopback import Loopback
 from triton_tts.runtime.metrics import TTSMetrics
-from triton_tts.runtime.pacing import Pacer, released_by_file
+from triton_tts.runtime.pacing import released_by_file
 from triton_tts.xtts.forward import Demand, admit, forward, xtts_voice
 
-FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 FINALIZE_WAIT_S = 10.0  # under serve's --exit-timeout-secs (20 s)
 QUEUE_POLL_S = 0.25  # a queued stream asks for room this often (each ask: one ledger read)
-
-
-def chunk_response(audio: Any, rate: int, index: int, last: bool, words: list[Any] | None = None) -> Any:
-    """One chunk's response: AUDIO, SAMPLE_RATE, CHUNK_INDEX, IS_LAST (and its words)."""
-    return pb_utils.InferenceResponse(
-        output_tensors=[
-            pb_utils.Tensor("AUDIO", audio[None, :]),
-            pb_utils.Tensor("SAMPLE_RATE", np.array([[rate]], dtype=np.int32)),
-            pb_utils.Tensor("CHUNK_INDEX", np.array([[index]], dtype=np.int32)),
-            pb_utils.Tensor("IS_LAST", np.array([[last]], dtype=np.bool_)),
-            *(words or []),
-        ]
-    )
 
 
 class TritonPythonModel:
@@ -100,6 +86,17 @@ class TritonPythonModel:
         voices = [v.name for v in self.settings.voices]
         self.metrics = TTSMetrics("tts_stream", args["model_instance_name"], voices, streaming=True)
         self.errors = RequestErrors(args["model_name"], tagged=True)  # a stream's errors carry no code
+        self.deliveries = Deliveries(
+            self.ledger,
+            self.metrics,
+            self.errors,
+            self.chunks,
+            self.settings.chunks_in_flight,
+            streaming=True,
+            senders=self.senders,
+            lead_s=self.lead_s,
+            released=self.released,
+        )
 
     def execute(self, requests: list[Any]) -> None:
         # Read and admit here (a refusal goes out before any work), stream from threads.
@@ -213,8 +210,7 @@ class TritonPythonModel:
                 except Exception as err:
                     self._end_unadmitted(request, long_text.request_id, err)
                     return
-            with self.metrics.in_flight():
-                self._send_chunks(request, long_text, work, started)
+            self._send_chunks(request, long_text, work, started)
         except BaseException:  # a pool thread's exception is kept in its Future, unread: log it
             failure = traceback.format_exc()
             pb_utils.Logger.log_error(f"tts_stream: stream {request_id(request)} failed:\n{failure}")
@@ -230,9 +226,7 @@ class TritonPythonModel:
                 sender.send(error_response(self.errors, rid, err))
             sender.send(flags=FINAL)
         finally:
-            with self.lock:
-                self.active -= 1
-                self.lock.notify_all()
+            self._ended()
 
     def _start_xtts(
         self, request: Any, voice: VoiceInfo, demand: Demand, work: Work, rid: str, started: float
@@ -245,103 +239,30 @@ class TritonPythonModel:
             self.streams.submit(self._xtts, request, voice, demand, work, rid, started)
         except RuntimeError:
             self.ledger.release(work)
-            with self.lock:
-                self.active -= 1
-                self.lock.notify_all()
+            self._ended()
             raise
 
     def _xtts(
         self, request: Any, voice: VoiceInfo, demand: Demand, work: Work, rid: str, started: float
     ) -> None:
-        """An XTTS voice's chunks as its model sends them (not paced: XTTS makes audio at
-        its own rate); each chunk's audio is work done, and the work is released at the end."""
-        sender = request.get_response_sender()
-        sent_final, sent, samples, rate = False, 0, 0, voice.sample_rate
+        """An XTTS voice's chunks as its model sends them."""
         try:
-            with self.metrics.in_flight():
-                cancellation = Cancellation(sender.is_cancelled, request.timeout())
-                for audio, rate, last in forward(request, voice, rid, cancellation):
-                    self.ledger.completed(work, audio.size / rate)
-                    sender.send(chunk_response(audio, rate, sent, last), flags=FINAL if last else 0)
-                    sent_final = last
-                    if not sent:
-                        self.metrics.record_first_chunk(voice.name, time.monotonic() - started)
-                    sent, samples = sent + 1, samples + audio.size
-            self.metrics.record_ok(
-                voice.name, demand.characters, samples / rate, time.monotonic() - started, sent
-            )
-        except Exception as err:
-            self.metrics.record_error(outcome(err))
-            gone = isinstance(err, RequestCancelled) and not err.timed_out
-            if not sent_final and not gone:
-                sender.send(error_response(self.errors, rid, err))
+            chunks = partial(forward, request, voice, rid)
+            self.deliveries.from_model(request, rid, voice.name, demand.characters, work, started, chunks)
         finally:
-            try:
-                if not sent_final:
-                    sender.send(flags=FINAL)
-            finally:
-                self.ledger.release(work)
-                self.metrics.record_load(self.ledger)
-                with self.lock:
-                    self.active -= 1
-                    self.lock.notify_all()
+            self._ended()
 
     def _send_chunks(self, request: Any, long_text: LongTextRequest, work: Work, started: float) -> None:
-        sender = request.get_response_sender()
-        sent_final = False
-        sent, samples = 0, 0
-        rid = long_text.request_id
         try:
-            cancellation = Cancellation(sender.is_cancelled, request.timeout(), started)
-            count = len(long_text.chunks)
-            # A lead is built only while no other stream's first chunk waits.
-            pacer = Pacer(self.lead_s, self.released, hold=lambda: self.ledger.load().first_work_s > 0)
-            clock = long_text.word_clock()
-            for index, said in in_order(
-                self.chunks, long_text, self.settings.chunks_in_flight, cancellation, pacer, self.senders
-            ):
-                audio, rate = said.samples, said.rate
-                if rate:
-                    self.ledger.completed(work, audio.size / rate, first=index == 0)
-                last = index == count - 1
-                # The words complete with this chunk, timed from the start of the stream.
-                words = (
-                    word_tensors(
-                        clock.add(
-                            said.words or [], chunk_times(said.times), audio.size / rate if rate else 0.0
-                        )
-                    )
-                    if clock is not None
-                    else []
-                )
-                response = chunk_response(audio, rate, index, last, words)
-                # After the final flag the sender is gone: not even is_cancelled() may be
-                # called on it (Triton 2.51 crashes).
-                sender.send(response, flags=FINAL if last else 0)
-                sent_final = last
-                if not sent:
-                    self.metrics.record_first_chunk(long_text.voice, time.monotonic() - started)
-                sent, samples = sent + 1, samples + audio.size
-            # Processing time leaves out the waits for playback (the real-time factor of
-            # paced streams would otherwise read 1).
-            working = time.monotonic() - started - pacer.waited_s
-            self.metrics.record_ok(long_text.voice, long_text.characters, samples / rate, working, count)
-            self.metrics.record_gaps(pacer.gaps)
-        except Exception as err:
-            self.metrics.record_error(outcome(err))
-            gone = isinstance(err, RequestCancelled) and not err.timed_out  # no one to tell
-            if not sent_final and not gone:
-                sender.send(error_response(self.errors, rid, err))
+            self.deliveries.text(request, long_text, work, started)
         finally:
-            try:
-                if not sent_final:
-                    sender.send(flags=FINAL)
-            finally:  # a send that raised must not keep the stream counted (finalize waits on it)
-                self.ledger.release(work)
-                self.metrics.record_load(self.ledger)
-                with self.lock:
-                    self.active -= 1
-                    self.lock.notify_all()
+            self._ended()
+
+    def _ended(self) -> None:
+        """A stream is no longer running (finalize waits for none to be)."""
+        with self.lock:
+            self.active -= 1
+            self.lock.notify_all()
 
     def finalize(self) -> None:
         # serve drains streams before it stops Triton (triton_tts.ops.server.drain); what is left

@@ -14,7 +14,6 @@ from types import MappingProxyType
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 import triton_python_backend_utils as pb_utils
 
 from triton_tts.client.voices import CHUNKS_KIND, VoiceInfo
@@ -35,7 +34,6 @@ from triton_tts.text.pronounce import (
     parse_request_lexicon,
 )
 from triton_tts.text.speaks import pronounceable
-from triton_tts.text.words import WordClock
 
 # Inputs sent on with every chunk as the client sent them (VOICE chose the ensemble).
 CHUNK_OPTIONS = ("SPEED", "SPEAKER_ID", "NOISE_SCALE", "NOISE_W", "VOICE_MIX")
@@ -57,23 +55,6 @@ class LongTextRequest:
     written: str | None = None  # TIMESTAMPS: the text as written
     chinese: bool = False  # its words are cut as Chinese words (triton_tts/text/words.py)
     shape: ChunkShape | None = None  # SSML: each chunk's speed, gain and silence after
-
-    def word_clock(self) -> WordClock | None:
-        """The request's word timestamps, chunk by chunk (None: TIMESTAMPS not asked)."""
-        return None if self.written is None else WordClock(self.written, self.chunks, self.chinese)
-
-    def extras(self, index: int) -> list[Any]:
-        """The inputs sent with chunk ``index`` besides TEXT."""
-        if self.shape is None:
-            return self.passed_through
-        speed = pb_utils.Tensor("SPEED", np.array([[self.shape.speeds[index]]], dtype=np.float32))
-        return [*(t for t in self.passed_through if t.name() != "SPEED"), speed]
-
-    def shaped(self, index: int, samples: npt.NDArray[np.float32], rate: int) -> npt.NDArray[np.float32]:
-        """Chunk ``index``'s audio with its gain, and its silences (exact zeros)."""
-        if self.shape is None or not rate:
-            return samples
-        return self.shape.apply(index, samples, rate)
 
 
 CHINESE_CHARS_SCALE = 0.25  # 400 -> 100 characters, about 20 s of Mandarin

@@ -123,23 +123,29 @@ def synthesize_chunk(
     says_something: Callable[[str], bool] = pronounceable,
     send: ChunkSender = send_by_bls,
 ) -> Audio:
-    """One chunk through the voice's ensemble (blocking). A chunk preprocess refuses as
-    over the voice's budget (limits.TOO_LONG: dense text, slow SPEED, noisy NOISE_W) is
-    said in halves, joined, until the pieces fit; nothing long fails on it. A piece with
-    nothing to pronounce (a cut can leave one of punctuation) is silence."""
-    if not says_something(text):
-        if timed([t.name() for t in extras]):
-            return Audio(np.zeros(0, dtype=np.float32), 0, [], np.zeros((0, 2), np.float32))
-        return Audio(np.zeros(0, dtype=np.float32), 0)
+    """One chunk (with something to pronounce: LongTextRequest's chunks have) through the
+    voice's ensemble (blocking). A chunk preprocess refuses as over the voice's budget
+    (limits.TOO_LONG: dense text, slow SPEED, noisy NOISE_W) is said in halves, joined,
+    until the pieces fit; nothing long fails on it. A piece with nothing to pronounce (a
+    cut can leave one of punctuation) is silence."""
     try:
         return send(model, text, extras, chunk_id)
     except ChunkFailed as err:
         if TOO_LONG in err.message and (pieces := halves(text)):
             said = [
-                synthesize_chunk(model, piece, extras, chunk_id, says_something, send) for piece in pieces
+                synthesize_chunk(model, piece, extras, chunk_id, says_something, send)
+                if says_something(piece)
+                else _silence(timed([t.name() for t in extras]))
+                for piece in pieces
             ]
             return _joined(said)
         raise
+
+
+def _silence(with_words: bool) -> Audio:
+    if with_words:
+        return Audio(np.zeros(0, dtype=np.float32), 0, [], np.zeros((0, 2), np.float32))
+    return Audio(np.zeros(0, dtype=np.float32), 0)
 
 
 def _joined(parts: list[Audio]) -> Audio:
