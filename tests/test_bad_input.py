@@ -168,7 +168,7 @@ def test_unpronounceable_texts_batched_with_good_ones_fail_alone(http, grpc, ser
     after = model_counts(http, "preprocess")
     requests, executions = after[0] - before[0], after[1] - before[1]
     # every tts_chunk request reached preprocess; tts and tts_stream send only the good
-    # texts on (they refuse the others themselves, by type: NothingToSay)
+    # texts on (they refuse the others themselves, by code: NOTHING_TO_SAY)
     assert requests == len(direct) + 2 * sum(text in GOOD for text in mixed)
     assert executions < requests, (requests, executions)  # items shared executions
 

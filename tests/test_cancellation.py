@@ -115,7 +115,7 @@ def test_the_requests_own_timeout_stops_its_chunks_over_http(server: TritonServe
 def test_triton_does_not_notice_an_http_client_that_goes_away(server: TritonServer, http) -> None:
     """Triton 2.51 marks no request cancelled when its HTTP client disconnects: the work
     runs to its end (so bound it with ``timeout``, or use gRPC). If this starts failing,
-    Triton learnt it: update triton_tts.runtime.long_text.ending.Cancellation's docstring."""
+    Triton learnt it: update triton_tts.runtime.cancellation.Cancellation's docstring."""
     text = " ".join([PARAGRAPH] * 2)
     start = settle(http, QUIET_S)
     impatient = httpclient.InferenceServerClient(server.http_url, network_timeout=1.0)

@@ -30,7 +30,7 @@ from triton_tts.runtime.limits import CALIBRATION_TEXTS, TOO_LONG, ChunkLimits, 
 from triton_tts.runtime.stages import AcousticRunner, RunFailed
 from triton_tts.text.normalize import normalize_english
 
-pytestmark = pytest.mark.server  # its own servers (module fixtures)
+# Server tests are those that ask for a server (tests/conftest.py); the rest run in `make test-unit`.
 
 # Held out from the calibration: dense and slow texts of kinds it has, and others.
 HELD_OUT = [

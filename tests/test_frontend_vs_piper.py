@@ -45,7 +45,7 @@ from triton_tts.text import english_patterns, normalize
 from triton_tts.text.normalize import normalize_english
 from triton_tts.text.phonemize import EspeakPhonemizer
 
-pytestmark = pytest.mark.server  # its own servers (module fixtures)
+# Server tests are those that ask for a server (tests/conftest.py); the rest run in `make test-unit`.
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = Path(__file__).parent / "data" / "frontend_sentences.txt"

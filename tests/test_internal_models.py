@@ -35,7 +35,7 @@ from triton_tts.contract.voice import Voice
 from triton_tts.ops.server import TritonServer
 from triton_tts.runtime.limits import MAX_CHUNK_IDS, TOO_LONG
 
-pytestmark = pytest.mark.server  # its own servers (module fixtures)
+# Server tests are those that ask for a server (tests/conftest.py); the rest run in `make test-unit`.
 
 # --- the checks, without a server -------------------------------------------------------
 

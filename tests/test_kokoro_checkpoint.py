@@ -33,7 +33,7 @@ def random_checkpoint(folder: Path) -> tuple[Path, Path]:
     import torch
 
     from triton_tts.export.kokoro import read_vocab
-    from triton_tts.export.kokoro_checkpoint import kokoro_model_code
+    from triton_tts.export.kokoro_checkpoint import kmodel_class
 
     config = {
         "vocab": read_vocab(PACKAGES),
@@ -64,19 +64,15 @@ def random_checkpoint(folder: Path) -> tuple[Path, Path]:
         },
     }
     with tempfile.TemporaryDirectory() as scratch:
-        kokoro_model_code(PACKAGES, Path(scratch))
-        sys.path.insert(0, scratch)
         try:
-            from kokoro.model import KModel
-
+            kmodel = kmodel_class(PACKAGES, Path(scratch))
             torch.manual_seed(0)
             empty = folder / "empty.pth"
             torch.save({}, empty)  # no weights: KModel keeps its random initialisation
-            model = KModel(
+            model = kmodel(
                 repo_id="hexgrad/Kokoro-82M", config=config, model=str(empty), disable_complex=True
             )
         finally:
-            sys.path.remove(scratch)
             for name in [m for m in sys.modules if m == "kokoro" or m.startswith("kokoro.")]:
                 del sys.modules[name]
     parts = ("bert", "bert_encoder", "predictor", "text_encoder", "decoder")

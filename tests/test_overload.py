@@ -33,7 +33,8 @@ from triton_tts.client.tts_client import AsyncTTSClient, RetryPolicy, ServerBusy
 from triton_tts.ops.repository import build_repository
 from triton_tts.ops.server import TritonServer, free_port
 
-pytestmark = pytest.mark.server  # its own servers (module fixtures)
+# Server tests are those that ask for a server (tests/conftest.py); the rest run in `make test-unit`.
+SERVER_FIXTURES = {"tiny"}  # this module's own server
 
 # One text and one stream in progress; the stages hold what those can have in flight plus
 # one direct tts_chunk request (BuildOptions.stage_queue_size).

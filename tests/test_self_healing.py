@@ -29,7 +29,8 @@ from triton_tts.ops.repository import build_repository
 from triton_tts.ops.server import TritonServer, free_port
 from triton_tts.ops.watchdog import Watchdog, model_of, stub_instances
 
-pytestmark = pytest.mark.server  # its own servers (module fixtures)
+# Server tests are those that ask for a server (tests/conftest.py); the rest run in `make test-unit`.
+SERVER_FIXTURES = {"healing"}  # this module's own server
 
 HEAL_WITHIN_S = 30.0
 KEY = "test-admin-key"

@@ -9,13 +9,14 @@ import pytest
 
 from triton_tts.contract.validation import (
     MAX_TEXT_CHARS,
+    NOTHING_TO_SAY,
     InvalidRequest,
-    NothingToSay,
     check_noise,
     check_speaker,
     check_speed,
     check_voice,
     decode_text,
+    nothing_to_say,
 )
 from triton_tts.contract.voice import PINYIN_BAKER
 from triton_tts.runtime.batching import PHONEME_BUCKETS, bucket_length, pad_stack, plan_sub_batches
@@ -59,8 +60,10 @@ def test_voice_is_chosen_from_what_the_model_serves() -> None:
 
 
 def test_nothing_to_say_is_its_own_refusal() -> None:
-    assert isinstance(NothingToSay(), InvalidRequest)  # refused like any bad input: 400
-    assert str(NothingToSay()) == "TEXT has nothing the voice can pronounce"
+    refusal = nothing_to_say()
+    assert isinstance(refusal, InvalidRequest)  # refused like any bad input: 400
+    assert refusal.code == NOTHING_TO_SAY and InvalidRequest("x").code == "invalid"
+    assert str(refusal) == "TEXT has nothing the voice can pronounce"
     for text in ("...", "* * *", "?! -- ;;", "\u2014", "\U0001f600", ""):
         assert not pronounceable(text), text
     for text in ("a", "7", "... then", "\u00e9t\u00e9", "\u65e5\u672c"):

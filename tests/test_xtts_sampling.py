@@ -1,7 +1,8 @@
 """XTTS's next-code choice (triton_tts/xtts/sampling.py) against Hugging Face's own logits
 processors, the ones Coqui's ``Xtts.inference`` runs through ``generate``: the repetition
 penalty, then temperature, top-k and top-p. Random logits over XTTS's 1026 codes, with
-ties and repeated ids, across the settings users give."""
+ties and repeated ids, across the settings users give; and the scheduler's crossfade join
+(each sample sent once)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from transformers import (
 
 from triton_tts.xtts.card import Sampling
 from triton_tts.xtts.sampling import PROMPT_PLACEHOLDER, choose, first_seen, penalise, warp
+from triton_tts.xtts.scheduler import crossfade_join
 
 FloatArray = npt.NDArray[np.float32]
 
@@ -96,3 +98,15 @@ def test_sampling_draws_only_kept_codes_and_a_seed_repeats_it() -> None:
     assert set(first) <= kept and len(set(first)) > 1
     assert draws(11) == first
     assert draws(12) != first
+
+
+def test_crossfade_join_sends_each_sample_once() -> None:
+    rng = np.random.default_rng(0)
+    full = rng.standard_normal(10_000).astype(np.float32)
+    sent, held, previous = [], None, 0
+    for end in (3000, 6500, 10_000):
+        chunk, held = crossfade_join(full[:end], previous, held, 512, last=end == 10_000)
+        sent.append(chunk)
+        previous = end
+    assert held is None
+    np.testing.assert_allclose(np.concatenate(sent), full, atol=1e-6)  # same signal: the fade is exact

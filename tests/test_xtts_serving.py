@@ -40,7 +40,7 @@ from triton_tts.runtime.admission import Ledger, retry_after
 from triton_tts.xtts import defaults as xtts_defaults
 from triton_tts.xtts.card import Sampling
 from triton_tts.xtts.runner import Conditioning, XttsRunner
-from triton_tts.xtts.scheduler import OVERLAP, Job, Scheduler, crossfade_join
+from triton_tts.xtts.scheduler import OVERLAP, Job, Scheduler
 from triton_tts.xtts.speakers import load_speaker, speaker_file, speaker_names
 
 pytestmark = [pytest.mark.server, pytest.mark.export]
@@ -156,18 +156,6 @@ def test_a_stream_is_the_whole_decode_but_at_its_joins(runner: XttsRunner) -> No
     step = np.abs(np.diff(whole)).max()
     for j in joins:
         assert abs(float(stream[j]) - float(stream[j - 1])) <= 2 * step  # no click at the join
-
-
-def test_crossfade_join_sends_each_sample_once() -> None:
-    rng = np.random.default_rng(0)
-    full = rng.standard_normal(10_000).astype(np.float32)
-    sent, held, previous = [], None, 0
-    for end in (3000, 6500, 10_000):
-        chunk, held = crossfade_join(full[:end], previous, held, 512, last=end == 10_000)
-        sent.append(chunk)
-        previous = end
-    assert held is None
-    np.testing.assert_allclose(np.concatenate(sent), full, atol=1e-6)  # same signal: the fade is exact
 
 
 # Through the server.

@@ -20,8 +20,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from testkit.xtts_checkpoints import build_vocab
+from triton_tts.contract.validation import UNREADABLE, InvalidRequest
 from triton_tts.xtts.card import VOCAB_FILE, XttsCard
-from triton_tts.xtts.text import TextRefused, XttsText
+from triton_tts.xtts.text import XttsText
 
 pytestmark = pytest.mark.export
 
@@ -122,10 +123,11 @@ def test_chinese_numbers_are_read_as_numerals_before_pinyin(ours: XttsText, coqu
 
 def test_languages_are_checked_against_the_voice(ours: XttsText) -> None:
     assert ours.language("ZH-CN") == "zh"
-    with pytest.raises(TextRefused, match="this voice reads"):
+    with pytest.raises(InvalidRequest, match="this voice reads"):
         ours.language("xx")
-    with pytest.raises(TextRefused, match="this voice reads"):
+    with pytest.raises(InvalidRequest, match="this voice reads") as refused:
         ours.language("ja")  # not among this card's languages
+    assert refused.value.code == UNREADABLE
 
 
 def test_segments_keep_within_the_language_limit(ours: XttsText) -> None:
@@ -146,6 +148,6 @@ def test_a_number_num2words_cannot_say_is_read_as_a_cardinal(ours: XttsText) -> 
 
 
 def test_empty_and_oversized_text_are_refused(ours: XttsText) -> None:
-    with pytest.raises(TextRefused, match="nothing to say"):
+    with pytest.raises(InvalidRequest, match="nothing to say"):
         ours.read("   ", "en")
     assert len(ours.read("Hello there. How are you?", "en")) == 1

@@ -418,7 +418,7 @@ XTTS_MODEL = "xtts"
 
 
 def xtts(name: str) -> mc.ModelConfig:
-    """An XTTS voice's decoupled model (triton_tts/xtts/triton_model.py): one request at a
+    """An XTTS voice's decoupled model (model_repository/xtts/1/model.py): one request at a
     time from Triton (max_batch_size 0), batched across requests inside, between decode
     steps."""
     config = mc.ModelConfig(name=name, backend="python", max_batch_size=0)
@@ -503,7 +503,7 @@ def one_graph(
 ) -> dict[str, mc.ModelConfig]:
     """A model that is one ONNX graph, one item a request (max_batch_size 0), its tensors
     the graph's own (names, types, fixed dims), by variant: ``cpu``, Python + onnxruntime
-    (triton_tts/runtime/onnx_model.py; ``internal``: the server's requests only; ``max_dims``: the
+    (model_repository/onnx_graph/1/model.py; ``internal``: the server's requests only; ``max_dims``: the
     largest size of each input, dim by dim, the parameter ``max_input_dims`` it refuses
     past); ``gpu`` and ``tensorrt``, Triton's native onnxruntime backend on the GPU (no
     engine is built; Triton's config cannot bound a free dim there)."""

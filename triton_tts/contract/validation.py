@@ -25,18 +25,28 @@ MAX_BREAK_S = 10.0
 
 
 class InvalidRequest(ValueError):
-    """A request the server refuses; the message is sent back to the client."""
+    """A request the server refuses (INVALID_ARG: HTTP 400), the one type for every door
+    and model: the message, naming the input, is sent back to the client; ``code`` says
+    what kind of refusal it is, for code that must tell them apart (never the words)."""
+
+    def __init__(self, message: str, code: str = "invalid") -> None:
+        super().__init__(message)
+        self.code = code
 
 
-class NothingToSay(InvalidRequest):
+# Refusals' codes besides "invalid" (a malformed or out-of-range input).
+NOTHING_TO_SAY = "nothing_to_say"  # TEXT holds nothing the voice can pronounce
+UNREADABLE = "unreadable"  # text or a language the voice cannot read (XTTS)
+UNUSABLE_CLIP = "unusable_clip"  # a reference clip that cannot condition the voice
+UNKNOWN_SPEAKER = "unknown_speaker"  # a SPEAKER name the voice does not have
+BUSY_JOB = "busy_job"  # a job id already generating (XTTS)
+NOTHING_TO_SAY_MESSAGE = "TEXT has nothing the voice can pronounce"
+
+
+def nothing_to_say() -> InvalidRequest:
     """TEXT holds nothing the voice can pronounce (punctuation, symbols, or only what the
-    voice has no symbols for). A refusal like any other for the client; the long-text
-    models tell it apart by type, never by its words."""
-
-    MESSAGE = "TEXT has nothing the voice can pronounce"
-
-    def __init__(self) -> None:
-        super().__init__(self.MESSAGE)
+    voice has no symbols for): a refusal like any other for the client."""
+    return InvalidRequest(NOTHING_TO_SAY_MESSAGE, NOTHING_TO_SAY)
 
 
 def decode_text(raw: bytes | str, limit: int = MAX_TEXT_CHARS, keep: str = "") -> str:

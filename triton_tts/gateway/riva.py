@@ -46,7 +46,7 @@ from riva.client.proto import riva_tts_pb2 as rtts
 from riva.client.proto import riva_tts_pb2_grpc as rtts_grpc
 
 from triton_tts.client import AudioChunk, TTSError, VoiceInfo, WordTime
-from triton_tts.client.voices import XTTS_KIND
+from triton_tts.client.voices import XTTS_KIND, split_voice_name
 from triton_tts.contract.validation import MAX_SPEED, MIN_SPEED
 from triton_tts.gateway import riva_audio
 from triton_tts.gateway.access import authorized, caller_of, key_of
@@ -193,7 +193,7 @@ async def resolve_voice(
                 raise invalid(message, "language_code")
             return voice.name, None, voice, None
     voice_name, speaker, mix = await gateway.voices.resolve(wanted)
-    voice = by_name[voice_name.partition(":")[0]]
+    voice = by_name[split_voice_name(voice_name)[0]]
     if not same_language(language_code, voice):
         raise invalid(
             f"voice {voice.name!r} speaks {language_tag(voice.language)}, "

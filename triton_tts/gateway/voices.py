@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from triton_tts.client import AsyncTTSClient, TTSError, VoiceInfo
-from triton_tts.client.voices import XTTS_KIND
+from triton_tts.client.voices import XTTS_KIND, split_voice_name
 from triton_tts.contract.styles import is_mix
 from triton_tts.contract.validation import MAX_SPEED, MIN_SPEED
 from triton_tts.gateway.errors import from_tts_error, invalid
@@ -84,7 +84,7 @@ class Voices:
         base, dot, sub = wanted.rpartition(".")
         if dot and base in served and ":" not in wanted:  # "kokoro.af_bella": as Riva names speakers
             wanted = f"{base}:{sub}"
-        voice_name, _, speaker = wanted.partition(":")
+        voice_name, speaker = split_voice_name(wanted)
         voice = served.get(voice_name)
         if voice is None and not speaker:
             # a bare speaker name ("af_bella", as Kokoro's own servers take it): the first

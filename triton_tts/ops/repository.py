@@ -14,7 +14,7 @@ import os
 import re
 import shutil
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -57,6 +57,27 @@ WARMUP_TEXT = "Warming up the voice, so that the first request is fast."
 WARMUP_TEXT_CHINESE = "先让声音热一热身，第一个请求才会快。"  # for Mandarin voices
 # WARMUP_TEXT in IPA, typed in so that building a repository needs no espeak-ng.
 WARMUP_PHONEMES = "wˈɔːɹmɪŋ ˈʌp ðə vˈɔɪs, sˌoʊ ðæt ðə fˈɜːst ɹɪkwˈɛst ɪz fˈæst."
+
+
+# The template's code-only models, placed per voice (their configs are rendered from the
+# voice's graphs): an XTTS voice's model, and a model that is one ONNX graph (XTTS's
+# stages, vad). Built repositories hold them only where a voice needs them.
+XTTS_CODE = "xtts"
+GRAPH_CODE = "onnx_graph"
+
+
+def _not_copied(template: Path) -> Callable[[str, list[str]], set[str]]:
+    """What the template's copy leaves out: graphs, engines, caches, warm-up data, voice
+    files, and the code-only models (placed per voice)."""
+    patterns = shutil.ignore_patterns("*.onnx", "*.plan", "__pycache__", "warmup", VOICE_FILE)
+
+    def ignored(folder: str, names: list[str]) -> set[str]:
+        left_out = set(patterns(folder, names))
+        if Path(folder) == template:
+            left_out |= {XTTS_CODE, GRAPH_CODE} & set(names)
+        return left_out
+
+    return ignored
 
 
 def _place(source: Path, target: Path) -> None:
@@ -224,7 +245,7 @@ def build_repository(
         template,
         repo,
         dirs_exist_ok=True,
-        ignore=shutil.ignore_patterns("*.onnx", "*.plan", "__pycache__", "warmup", VOICE_FILE),
+        ignore=_not_copied(template),
     )
     # Voices of an earlier build that this one does not serve would still load: remove.
     wanted = {m.model(stage) for m in options.voices for stage in (*STAGES, CHUNK_MODEL)}
@@ -313,14 +334,14 @@ def place_xtts(repo: Path, name: str, folder: Path) -> None:
     files += [p.name for p in folder.glob("*.onnx.data")]  # a large GPT's external weights
     for file in files:
         _place(folder / file, target / file)
-    _place(Path(__file__).parents[1] / "xtts" / "triton_model.py", target / "model.py")
+    _place(paths.repository_template() / XTTS_CODE / "1" / "model.py", target / "model.py")
     for speaker in (folder / SPEAKERS_DIR).glob("*.npz"):
         _place(speaker, target / SPEAKERS_DIR / speaker.name)
     _write_config(repo / name / "config.pbtxt", model_configs.xtts(name))
     for stage in XTTS_STAGES:
         stage_dir = repo / model_configs.xtts_stage_name(name, stage)
         _place(folder / stage.graph, stage_dir / "1" / "model.onnx")
-        _place(Path(__file__).parents[1] / "runtime" / "onnx_model.py", stage_dir / "1" / "model.py")
+        _place(paths.repository_template() / GRAPH_CODE / "1" / "model.py", stage_dir / "1" / "model.py")
         _write_variants(stage_dir, model_configs.xtts_stage(name, stage, folder / stage.graph))
 
 
@@ -339,7 +360,7 @@ def place_vad(repo: Path) -> None:
     model = target / "1" / "model.onnx"
     if not model.is_file() or model.read_bytes() != graph:
         model.write_bytes(graph)
-    _place(Path(__file__).parents[1] / "runtime" / "onnx_model.py", target / "1" / "model.py")
+    _place(paths.repository_template() / GRAPH_CODE / "1" / "model.py", target / "1" / "model.py")
     _write_variants(target, model_configs.vad(model))
 
 

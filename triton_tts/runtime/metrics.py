@@ -21,16 +21,18 @@ Outcomes (``triton_tts_requests_total{reason}``), counted once per request:
   the budget, the listeners' demand past capacity, a caller past its share, a safety
   bound), or a chunk the stages refused (UNAVAILABLE, their queue full);
 - ``cancelled``: the client cancelled or went away (gRPC), or the request's own timeout
-  passed (see :class:`triton_tts.runtime.long_text.ending.Cancellation`);
+  passed (see :class:`triton_tts.runtime.cancellation.Cancellation`);
 - ``failed``: anything else (a chunk's internal error, a dead stage instance).
 
 Only ``ok`` requests add characters, audio and processing seconds, chunks and real-time
 factor. Processing time runs from when the model starts the request to its last audio
 (Triton's queue time before that is ``nv_inference_queue_duration_us``).
 
-This module imports ``triton_python_backend_utils`` only when :class:`TTSMetrics` is made
-(inside Triton), so that the chart's dashboard test can check its queries against
-:data:`FAMILIES`, the one list of our metric names.
+An XTTS voice's model records its decode loop here too (:class:`XttsMetrics`:
+``tts_xtts_decode_steps_total{batch}``, ``tts_xtts_generations{state}``). This module is
+the one registry of the product's metric families (:data:`FAMILIES`, :data:`XTTS_FAMILIES`);
+it imports ``triton_python_backend_utils`` only when a model's metrics are made (inside
+Triton), so that the chart's dashboard test can check its queries against the names.
 """
 
 from __future__ import annotations
@@ -152,6 +154,41 @@ FAMILIES = (
     DEMANDED,
 )
 STREAM_ONLY = (FIRST_CHUNK_SECONDS, STREAM_GAPS)
+# An XTTS voice's own model (model_repository/xtts/1/model.py): its decode loop.
+XTTS_DECODE_STEPS = Family(
+    "tts_xtts_decode_steps_total",
+    "COUNTER",
+    "XTTS decode steps (one GPT run each), by how many generations ran in it",
+)
+XTTS_GENERATIONS = Family(
+    "tts_xtts_generations",
+    "GAUGE",
+    "XTTS generations in the cache pool, or waiting for a slot",
+)
+XTTS_FAMILIES = (XTTS_DECODE_STEPS, XTTS_GENERATIONS)
+
+
+class _Registry:
+    """A model instance's families (made once; they must outlive their metrics: a family's
+    Python object clears them all) and its metrics, each with the instance's labels."""
+
+    def __init__(self, families: Iterable[Family], model: str, instance_name: str) -> None:
+        import triton_python_backend_utils as pb_utils
+
+        kinds = {
+            "COUNTER": pb_utils.MetricFamily.COUNTER,
+            "GAUGE": pb_utils.MetricFamily.GAUGE,
+            "HISTOGRAM": pb_utils.MetricFamily.HISTOGRAM,
+        }
+        self._families = {
+            f: pb_utils.MetricFamily(name=f.name, description=f.description, kind=kinds[f.kind])
+            for f in families
+        }
+        self._base = {"model": model, "model_instance": f"{instance_name}:{os.getpid()}"}
+
+    def metric(self, family: Family, **labels: str) -> Any:
+        buckets = list(family.buckets) if family.kind == "HISTOGRAM" else None
+        return self._families[family].Metric(labels={**self._base, **labels}, buckets=buckets)
 
 
 @dataclass(frozen=True)
@@ -172,24 +209,9 @@ class TTSMetrics:
     """
 
     def __init__(self, model: str, instance_name: str, voices: Iterable[str], streaming: bool) -> None:
-        import triton_python_backend_utils as pb_utils
-
-        kinds = {
-            "COUNTER": pb_utils.MetricFamily.COUNTER,
-            "GAUGE": pb_utils.MetricFamily.GAUGE,
-            "HISTOGRAM": pb_utils.MetricFamily.HISTOGRAM,
-        }
-        # The families must outlive their metrics: a family's Python object clears them all.
-        self._families = {
-            f: pb_utils.MetricFamily(name=f.name, description=f.description, kind=kinds[f.kind])
-            for f in FAMILIES
-            if streaming or f not in STREAM_ONLY
-        }
-        base = {"model": model, "model_instance": f"{instance_name}:{os.getpid()}"}
-
-        def metric(family: Family, **labels: str) -> Any:
-            buckets = list(family.buckets) if family.kind == "HISTOGRAM" else None
-            return self._families[family].Metric(labels={**base, **labels}, buckets=buckets)
+        families = [f for f in FAMILIES if streaming or f not in STREAM_ONLY]
+        self._registry = _Registry(families, model, instance_name)
+        metric = self._registry.metric
 
         self._lock = threading.Lock()
         self._requests = {reason: metric(REQUESTS, reason=reason) for reason in OUTCOMES}
@@ -292,3 +314,30 @@ class TTSMetrics:
                             STAGE_CAPACITY, voice=voice, stage=stage
                         )
                     self._stage_capacity[(voice, stage)].set(value)
+
+
+class XttsMetrics:
+    """An XTTS voice's model instance: decode steps by batch size and its generations,
+    live and waiting (made once in ``initialize``; recording holds one lock, as
+    :class:`TTSMetrics` does)."""
+
+    def __init__(self, model: str, instance_name: str) -> None:
+        self._registry = _Registry(XTTS_FAMILIES, model, instance_name)
+        self._lock = threading.Lock()
+        self._steps: dict[int, Any] = {}
+        self._counted: dict[int, int] = {}
+        self._live = self._registry.metric(XTTS_GENERATIONS, state="live")
+        self._waiting = self._registry.metric(XTTS_GENERATIONS, state="waiting")
+
+    def record(self, steps_by_size: dict[int, int], live: int, waiting: int) -> None:
+        """The decode loop's totals so far (steps by how many generations ran in them)
+        and its generations now."""
+        with self._lock:
+            for size, count in steps_by_size.items():
+                if size not in self._steps:
+                    self._steps[size] = self._registry.metric(XTTS_DECODE_STEPS, batch=str(size))
+                    self._counted[size] = 0
+                self._steps[size].increment(count - self._counted[size])
+                self._counted[size] = count
+            self._live.set(live)
+            self._waiting.set(waiting)

@@ -12,7 +12,7 @@ from triton_tts.text.han import has_han
 # texts by it, and the phonemizer keeps espeak from texts of punctuation alone. Its "no"
 # is certain, its "yes" a guess. After reading, the voice's symbols and ids are known:
 # preprocess has the last word (letters the voice has no symbols for, phonemes that are
-# only punctuation). Both refuse with NothingToSay.
+# only punctuation). Both refuse with contract.validation.nothing_to_say().
 
 
 def pronounceable(text: str, tokens: str = "phonemes") -> bool:

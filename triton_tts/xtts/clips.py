@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from triton_tts.xtts import defaults
-from triton_tts.xtts.runner import ClipRefused, Conditioning, FloatArray, XttsRunner
+from triton_tts.xtts.runner import Conditioning, FloatArray, XttsRunner, clip_refused
 
 MIN_RATE, MAX_RATE = 8000, 192_000
 SILENCE_RMS = 1e-4  # below -80 dBFS: no voice to clone
@@ -38,27 +38,27 @@ class ClipSettings:
 
 def check_clip(audio: FloatArray, rate: int, settings: ClipSettings) -> None:
     if not MIN_RATE <= rate <= MAX_RATE:
-        raise ClipRefused(f"REFERENCE_SAMPLE_RATE {rate} Hz: use {MIN_RATE} to {MAX_RATE} Hz")
+        raise clip_refused(f"REFERENCE_SAMPLE_RATE {rate} Hz: use {MIN_RATE} to {MAX_RATE} Hz")
     seconds = audio.shape[0] / rate
     if seconds < settings.min_seconds:
-        raise ClipRefused(
+        raise clip_refused(
             f"REFERENCE_AUDIO: the reference clip is {seconds:.2f} s: "
             f"at least {settings.min_seconds:g} s is needed"
         )
     if seconds > settings.max_seconds:
-        raise ClipRefused(
+        raise clip_refused(
             f"REFERENCE_AUDIO: the reference clip is {seconds:.1f} s: at most {settings.max_seconds:g} s"
         )
     if not np.all(np.isfinite(audio)):
-        raise ClipRefused("REFERENCE_AUDIO: the reference clip holds NaN or infinite samples")
+        raise clip_refused("REFERENCE_AUDIO: the reference clip holds NaN or infinite samples")
     peak = float(np.max(np.abs(audio)))
     if peak > MAX_PEAK:
-        raise ClipRefused(
+        raise clip_refused(
             f"REFERENCE_AUDIO: a sample reaches {peak:.3g}; float audio lies within [-1, 1] "
             f"(at most {MAX_PEAK:g} is taken)"
         )
     if float(np.sqrt(np.mean(np.square(audio, dtype=np.float64)))) < SILENCE_RMS:
-        raise ClipRefused("REFERENCE_AUDIO: the reference clip is silent")
+        raise clip_refused("REFERENCE_AUDIO: the reference clip is silent")
 
 
 class ClipCache:
@@ -72,7 +72,7 @@ class ClipCache:
 
     def conditioning(self, audio: FloatArray | None, rate: int | None) -> Conditioning:
         if audio is None or rate is None:
-            raise ClipRefused(
+            raise clip_refused(
                 "XTTS clones a voice: send REFERENCE_AUDIO (FP32 mono) and REFERENCE_SAMPLE_RATE"
             )
         check_clip(audio, rate, self.settings)

@@ -1,6 +1,6 @@
 """The XTTS model's defaults, each decided here once: the config's parameters
 (triton_tts/build/model_configs.py renders them), the model that reads them
-(triton_tts/xtts/triton_model.py), and the scheduler, runner and clip cache used alone
+(model_repository/xtts/1/model.py), and the scheduler, runner and clip cache used alone
 (tests, benchmarks) all take theirs from this module. Imports nothing."""
 
 SLOTS = 8  # generations decoding together (the cache pool's slots)

@@ -30,12 +30,13 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from triton_tts.client.voices import XTTS_KIND, VoiceInfo
+from triton_tts.client.voices import XTTS_KIND, VoiceInfo, split_voice_name
 from triton_tts.contract.validation import InvalidRequest, one_item
 from triton_tts.runtime import internal
 from triton_tts.runtime.admission import Ledger, Work
+from triton_tts.runtime.cancellation import RequestCancelled
 from triton_tts.runtime.long_text.deliver import Said
-from triton_tts.runtime.long_text.ending import ChunkFailed, RequestCancelled
+from triton_tts.runtime.long_text.ending import ChunkFailed
 from triton_tts.runtime.long_text.request import LongTextSettings, read_caller, wait_deadline_us
 from triton_tts.runtime.metrics import TTSMetrics
 from triton_tts.runtime.request_options import input_array, one_value
@@ -114,9 +115,7 @@ def _voice_name(request: Any) -> tuple[str, str] | None:
     if values.size != 1:
         return None
     raw = values[0]
-    name = (raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)).strip()
-    voice, _, speaker = name.partition(":")
-    return voice.strip(), speaker.strip()
+    return split_voice_name(raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw))
 
 
 def xtts_voice(request: Any, settings: LongTextSettings) -> VoiceInfo | None:

@@ -26,8 +26,6 @@ JOB_PARAMETER = "tts_job"
 CANCEL_PARAMETER = "tts_cancel_job"
 MAX_JOB_ID_CHARS = 64
 
-RequestRefused = InvalidRequest
-
 
 class ControlSchema(BaseModel):
     """What a request may set; None: the voice's default."""

@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 
+from triton_tts.contract.validation import UNUSABLE_CLIP, InvalidRequest
 from triton_tts.runtime.onnx_session import cpu_session
 from triton_tts.xtts import defaults
 from triton_tts.xtts.card import EMBEDDINGS_FILE, GPT_FILE, Sampling, XttsCard
@@ -24,8 +25,9 @@ from triton_tts.xtts.sampling import choose, first_seen
 FloatArray = npt.NDArray[np.float32]
 
 
-class ClipRefused(ValueError):
+def clip_refused(message: str) -> InvalidRequest:
     """A reference clip that cannot condition the voice (too short, silent, ...)."""
+    return InvalidRequest(message, UNUSABLE_CLIP)
 
 
 @dataclass(frozen=True)
@@ -164,7 +166,7 @@ class XttsRunner:
         pieces = [cond[i : i + chunk] for i in range(0, cond.shape[0], chunk)]
         pieces = [p for p in pieces if p.shape[0] >= rate * card.min_chunk_seconds]
         if not pieces:
-            raise ClipRefused(
+            raise clip_refused(
                 "REFERENCE_AUDIO: the reference clip is too short: "
                 f"at least {card.min_chunk_seconds:.2f} s of audio is needed"
             )
@@ -176,7 +178,7 @@ class XttsRunner:
         # Whatever the clip held, a voice conditioned to NaN or infinity would poison the
         # decode batch it joins: refused here, with the clip, before any generation.
         if not (np.all(np.isfinite(conditioning.style)) and np.all(np.isfinite(conditioning.speaker))):
-            raise ClipRefused("REFERENCE_AUDIO: the reference clip conditions the voice to NaN or infinity")
+            raise clip_refused("REFERENCE_AUDIO: the reference clip conditions the voice to NaN or infinity")
         return conditioning
 
     # the GPT

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from triton_tts.runtime.cancellation import Cancellation, RequestCancelled
 from triton_tts.xtts import defaults
 from triton_tts.xtts.card import Sampling
 from triton_tts.xtts.runner import CachePool, Conditioning, FloatArray, Generation, XttsRunner
@@ -34,10 +35,6 @@ from triton_tts.xtts.runner import CachePool, Conditioning, FloatArray, Generati
 CHUNK_CODES = defaults.CHUNK_CODES
 OVERLAP = defaults.OVERLAP_SAMPLES
 CANCEL_EVERY = 5  # codes between two questions whether a request was cancelled
-
-
-class Cancelled(Exception):
-    """The request went away or outlived its timeout: its generation stopped."""
 
 
 def crossfade_join(
@@ -158,7 +155,7 @@ class Scheduler:
 
     def _start_segment(self, job: Job) -> None:
         if job.cancelled():
-            job.finish(Cancelled("request cancelled"))
+            job.finish(RequestCancelled(Cancellation.CANCELLED))
             return
         try:
             job.gen = self.runner.start(
@@ -183,7 +180,7 @@ class Scheduler:
         ready = gen.done or len(gen.codes) - job.decoded >= self.chunk_codes
         # Asking Triton is a round trip: every few codes, and before any audio goes out.
         if (ready or len(gen.codes) % CANCEL_EVERY == 0) and job.cancelled():
-            self._end(job, Cancelled("request cancelled"))
+            self._end(job, RequestCancelled(Cancellation.CANCELLED))
             return
         if not ready:
             return

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from triton_tts.contract.validation import UNKNOWN_SPEAKER, InvalidRequest
 from triton_tts.xtts.card import XttsCard, is_xtts_folder
 
 if TYPE_CHECKING:  # onnxruntime: not in the base install, whose CLI registers this command
@@ -28,8 +29,9 @@ SPEAKERS_DIR = "speakers"
 SPEAKER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._-]{0,63}")
 
 
-class UnknownSpeaker(ValueError):
+def unknown_speaker(message: str) -> InvalidRequest:
     """A SPEAKER name the voice does not have."""
+    return InvalidRequest(message, UNKNOWN_SPEAKER)
 
 
 def check_name(name: str) -> str:
@@ -105,16 +107,16 @@ class SpeakerStore:
         try:
             path = speaker_file(self.folder, name)
         except ValueError as err:
-            raise UnknownSpeaker(f"SPEAKER: {err}") from None
+            raise unknown_speaker(f"SPEAKER: {err}") from None
         if not path.is_file():
             names = speaker_names(self.folder)
-            raise UnknownSpeaker(
+            raise unknown_speaker(
                 f"SPEAKER {name!r}: this voice has " + (", ".join(names) if names else "no named speakers")
             )
         conditioning = load_speaker(path)
         fits = self.card.takes_style(conditioning.style.shape)
         if not fits or conditioning.speaker.shape != (self.card.speaker_dim,):
-            raise UnknownSpeaker(f"SPEAKER {name!r}: its file is not this voice's ({path.name})")
+            raise unknown_speaker(f"SPEAKER {name!r}: its file is not this voice's ({path.name})")
         with self.lock:
             self.known[name] = conditioning
         return conditioning
@@ -173,7 +175,6 @@ def add_command(sub: Any, defaults: type[argparse.HelpFormatter]) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from triton_tts.xtts.runner import ClipRefused
 
     if not is_xtts_folder(args.voice):
         raise SystemExit(f"{args.voice} is not an XTTS voice folder (no xtts.json)")
@@ -183,7 +184,7 @@ def run_command(args: argparse.Namespace) -> int:
         return 0
     try:
         path = add_speaker(args.voice, args.name, args.clip)
-    except (ClipRefused, ValueError, RuntimeError) as err:
+    except (ValueError, RuntimeError) as err:  # a clip refused, too
         raise SystemExit(f"speakers add: {err}") from None
     print(f"speaker '{args.name}' stored in {path}")
     return 0

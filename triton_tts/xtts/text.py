@@ -34,6 +34,7 @@ from typing import Any
 
 from num2words import num2words
 
+from triton_tts.contract.validation import UNREADABLE, InvalidRequest
 from triton_tts.text.chinese import normalize_chinese
 from triton_tts.xtts.card import VOCAB_FILE, XttsCard
 
@@ -85,8 +86,9 @@ SENTENCE_END = re.compile(r"(?<=[.!?。！？；;…])\s*")
 SPACE_TOKEN = "[SPACE]"  # noqa: S105 (a token of the vocabulary)
 
 
-class TextRefused(ValueError):
+def text_refused(message: str) -> InvalidRequest:
     """Text or a language the voice cannot read."""
+    return InvalidRequest(message, UNREADABLE)
 
 
 def _currency(text: str, lang: str, code: str, sign: str) -> str:
@@ -189,7 +191,7 @@ def _japanese_reader() -> Callable[[str], str]:
     try:
         import cutlet
     except ImportError as err:
-        raise TextRefused(
+        raise text_refused(
             "LANGUAGE ja: Japanese needs cutlet (pip install cutlet unidic-lite), which is not installed"
         ) from err
     reader: Any = cutlet.Cutlet()
@@ -204,7 +206,7 @@ def base_language(language: str) -> str:
 def transliterate(text: str, lang: str) -> str:
     """The cleaned text the tokenizer reads (no language tag yet)."""
     if lang not in LANGUAGES:
-        raise TextRefused(f"LANGUAGE {lang!r}: XTTS does not read this language")
+        raise text_refused(f"LANGUAGE {lang!r}: XTTS does not read this language")
     if lang == "ja":
         return _japanese_reader()(text)
     text = clean(text, lang)
@@ -231,7 +233,7 @@ class XttsText:
         lang = base_language(language)
         served = {base_language(code) for code in self.card.languages}
         if lang not in served or lang not in LANGUAGES:
-            raise TextRefused(
+            raise text_refused(
                 f"LANGUAGE {language!r}: this voice reads {', '.join(sorted(self.card.languages))}"
             )
         return lang
@@ -274,13 +276,13 @@ class XttsText:
             ids = self.encode(segment, language)
             if len(ids) >= self.card.max_text_tokens:
                 most = self.card.max_text_tokens
-                raise TextRefused(
+                raise text_refused(
                     f"TEXT {segment[:40]!r}... reads as {len(ids)} text tokens; XTTS takes fewer than {most}"
                 )
             if len(ids) > 1:  # more than the language tag
                 out.append(ids)
         if not out:
-            raise TextRefused("TEXT: the text has nothing to say")
+            raise text_refused("TEXT: the text has nothing to say")
         return out
 
 

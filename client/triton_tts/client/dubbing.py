@@ -43,7 +43,7 @@ from triton_tts.client.datatypes import SynthesisResult, WordTime
 from triton_tts.client.errors import RequestRejected
 from triton_tts.client.subtitles import Cue, SubtitleError, cues_in_regions, snap
 from triton_tts.client.vad import Region
-from triton_tts.client.voices import VoiceInfo
+from triton_tts.client.voices import VoiceInfo, split_voice_name
 
 FloatArray = npt.NDArray[np.float32]
 
@@ -193,7 +193,7 @@ Synthesize = Callable[[str, float], SynthesisResult]
 def gives_timestamps(served: Sequence[VoiceInfo], voice: str | None) -> bool:
     """Whether ``voice`` (a name, ``name:speaker``, or None: the server's default, the
     first served) gives word timestamps, for the report's word times."""
-    name = (voice or (served[0].name if served else "")).split(":", 1)[0]
+    name = split_voice_name(voice or (served[0].name if served else ""))[0]
     return any(v.name == name and v.timestamps for v in served)
 
 

@@ -29,6 +29,14 @@ def chunk_model(voice: str, default: bool) -> str:
     return CHUNK_MODEL if default else f"{CHUNK_MODEL}{VOICE_SEPARATOR}{voice}"
 
 
+def split_voice_name(name: str) -> tuple[str, str]:
+    """A voice as requests name it, ``voice`` or ``voice:speaker``, as (voice, speaker),
+    each stripped ("" when left out). The one place the name is split: the gateway, the
+    Riva door, the client and the models all read it here."""
+    voice, _, speaker = name.partition(":")
+    return voice.strip(), speaker.strip()
+
+
 @dataclass(frozen=True)
 class VoiceInfo:
     """One served voice. The first four fields are what a caller chooses by; the rest are

@@ -18,6 +18,8 @@ The split is checked against ``forward_with_tokens`` in torch on two sentences. 
 from __future__ import annotations
 
 import contextlib
+import importlib
+import importlib.util
 import json
 import logging
 import sys
@@ -85,17 +87,28 @@ def kokoro_model_code(packages: Path, scratch: Path) -> Path:
     return scratch
 
 
-def load_kmodel(checkpoint: Path, config: dict[str, Any], packages: Path, scratch: Path) -> Any:
-    """kokoro's KModel with the checkpoint's weights (no download: both files are given)."""
-    kokoro_model_code(packages, scratch)
+def kmodel_class(packages: Path, scratch: Path) -> Any:
+    """kokoro's ``KModel``, imported from its model code (:func:`kokoro_model_code`) as the
+    package ``kokoro`` of that folder (found by its own path: nothing is added to the
+    import path; an earlier ``kokoro`` import is forgotten)."""
+    package = kokoro_model_code(packages, scratch) / "kokoro"
     for name in [m for m in sys.modules if m == "kokoro" or m.startswith("kokoro.")]:
         del sys.modules[name]
-    sys.path.insert(0, str(scratch))
-    try:
-        from kokoro.model import KModel
-    finally:
-        sys.path.remove(str(scratch))
-    model = KModel(repo_id="hexgrad/Kokoro-82M", config=config, model=str(checkpoint), disable_complex=True)
+    spec = importlib.util.spec_from_file_location(
+        "kokoro", package / "__init__.py", submodule_search_locations=[str(package)]
+    )
+    if spec is None or spec.loader is None:
+        raise SourceMissing(f"cannot import kokoro's model code from {package}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["kokoro"] = module
+    spec.loader.exec_module(module)
+    return importlib.import_module("kokoro.model").KModel
+
+
+def load_kmodel(checkpoint: Path, config: dict[str, Any], packages: Path, scratch: Path) -> Any:
+    """kokoro's KModel with the checkpoint's weights (no download: both files are given)."""
+    kmodel = kmodel_class(packages, scratch)
+    model = kmodel(repo_id="hexgrad/Kokoro-82M", config=config, model=str(checkpoint), disable_complex=True)
     return model.eval()
 
 

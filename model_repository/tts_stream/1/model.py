@@ -6,7 +6,7 @@ ensemble while earlier ones are being
 delivered. Every response carries AUDIO, SAMPLE_RATE, CHUNK_INDEX and IS_LAST; the final
 flag is always sent (from a ``finally``), also after an error, and a cancelled request
 (the client went away) or one its own ``timeout`` outlives stops before its next chunk
-(triton_tts.runtime.long_text.ending.Cancellation). A stream is admitted in ``execute`` while the listeners'
+(triton_tts.runtime.cancellation.Cancellation). A stream is admitted in ``execute`` while the listeners'
 real-time demand fits the server's capacity (triton_tts.runtime.admission), then runs in a
 thread; one that does not fit yet waits in the ledger's queue for room, in a thread, as
 long as its predicted wait fits its deadline (its ``max_wait_ms`` or ``timeout``, or the
@@ -36,8 +36,9 @@ from triton_tts.client.voices import VoiceInfo
 from triton_tts.contract.config_parameters import string_parameters
 from triton_tts.contract.errors import RequestErrors, request_id
 from triton_tts.runtime.admission import AdmissionSettings, Ledger, Refused, Work
+from triton_tts.runtime.cancellation import Cancellation, RequestCancelled
 from triton_tts.runtime.long_text.deliver import FINAL, Deliveries
-from triton_tts.runtime.long_text.ending import Cancellation, RequestCancelled, error_response, outcome
+from triton_tts.runtime.long_text.ending import error_response, outcome
 from triton_tts.runtime.long_text.request import LongTextRequest, LongTextSettings, read_request
 from triton_tts.runtime.long_text.send import PrioritySender, Senders
 from triton_tts.runtime.loopback import Loopback

@@ -15,6 +15,6 @@ for) fails the request with preprocess's refusal, like any other refused chunk. 
 importable inside Triton's Python backend (it needs ``triton_python_backend_utils``).
 
 Work for a request that no one waits for stops: before each chunk starts, the request's
-:class:`~.ending.Cancellation` is asked, and a cancelled request starts no more chunks
+:class:`triton_tts.runtime.cancellation.Cancellation` is asked, and a cancelled request starts no more chunks
 (those in flight, at most ``chunks_in_flight``, finish and are dropped).
 """

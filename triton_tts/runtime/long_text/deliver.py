@@ -27,8 +27,9 @@ import triton_python_backend_utils as pb_utils
 
 from triton_tts.contract.errors import RequestErrors
 from triton_tts.runtime.admission import Ledger, Work
+from triton_tts.runtime.cancellation import Cancellation, RequestCancelled
 from triton_tts.runtime.chunking import join_edges
-from triton_tts.runtime.long_text.ending import Cancellation, RequestCancelled, error_response, outcome
+from triton_tts.runtime.long_text.ending import error_response, outcome
 from triton_tts.runtime.long_text.request import LongTextRequest
 from triton_tts.runtime.long_text.send import TEXTS, Audio, Senders, synthesize_chunk
 from triton_tts.runtime.metrics import TTSMetrics

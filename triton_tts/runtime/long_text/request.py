@@ -18,7 +18,12 @@ import triton_python_backend_utils as pb_utils
 
 from triton_tts.client.voices import CHUNKS_KIND, VoiceInfo
 from triton_tts.contract.config_parameters import string_parameters
-from triton_tts.contract.validation import MAX_LONG_TEXT_CHARS, InvalidRequest, NothingToSay, check_timestamps
+from triton_tts.contract.validation import (
+    MAX_LONG_TEXT_CHARS,
+    InvalidRequest,
+    check_timestamps,
+    nothing_to_say,
+)
 from triton_tts.runtime import internal
 from triton_tts.runtime.chunking import ChunkPlan, split_text
 from triton_tts.runtime.limits import ChunkLimits, check_audio, chunk_scale
@@ -132,7 +137,7 @@ def read_request(
     request: Any, settings: LongTextSettings, request_id: str, first_scale: float = 1.0
 ) -> LongTextRequest:
     """TEXT -> the chunks to say, each with something to pronounce; everything checked
-    before any chunk runs (a text with nothing to say: :class:`NothingToSay`).
+    before any chunk runs (a text with nothing to say: ``nothing_to_say``).
     ``first_scale``: the first chunk that much shorter (streams in a burst)."""
     text = read_text(request, MAX_LONG_TEXT_CHARS)  # private-use characters (marks) taken out
     options = read_options(request, settings.speakers)
@@ -185,13 +190,13 @@ def read_request(
     else:
         spoken = normalize(text)
         if not says_something(spoken):
-            raise NothingToSay()
+            raise nothing_to_say()
         plan = settings.plan.scaled(chars_scale(voice) * chunk_scale(limits, options.speed, options.noise_w))
         plan = plan.first_shorter(first_scale)
         chunks = [chunk for chunk in split_text(spoken, plan) if says_something(chunk)]
         written = text
     if not chunks:
-        raise NothingToSay()
+        raise nothing_to_say()
     for chunk in chunks:  # given pronunciations: refused before any chunk runs
         if voice.name in settings.syllables:
             check_pinyin(chunk, settings.syllables[voice.name], voice.name)

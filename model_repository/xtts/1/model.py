@@ -31,7 +31,8 @@ meet first.
 
 The model's statistics go to Triton's metrics port: decode steps by batch size, so that
 cross-request batching is visible (``tts_xtts_decode_steps_total{batch="2"}``), and the
-live and waiting generations.
+live and waiting generations (triton_tts.runtime.metrics.XttsMetrics: the one registry of
+the product's metric families).
 """
 
 from __future__ import annotations
@@ -48,18 +49,20 @@ import triton_python_backend_utils as pb_utils
 
 from triton_tts.contract.config_parameters import string_parameters
 from triton_tts.contract.errors import RequestErrors, request_id
+from triton_tts.contract.validation import BUSY_JOB, InvalidRequest
 from triton_tts.runtime import internal
 from triton_tts.runtime.admission import AdmissionSettings, Ledger, busy_message
-from triton_tts.runtime.long_text.ending import Cancellation
+from triton_tts.runtime.cancellation import Cancellation, RequestCancelled
+from triton_tts.runtime.metrics import XttsMetrics
 from triton_tts.xtts import defaults
 from triton_tts.xtts.capacity import ThroughputWindow
 from triton_tts.xtts.clips import ClipCache, ClipSettings
-from triton_tts.xtts.requests import RequestRefused, read_cancel, read_controls, read_job, read_store
-from triton_tts.xtts.runner import ClipRefused, FloatArray, XttsRunner
-from triton_tts.xtts.scheduler import Cancelled, Job, Scheduler
-from triton_tts.xtts.speakers import SpeakerExists, SpeakerStore, UnknownSpeaker
+from triton_tts.xtts.requests import read_cancel, read_controls, read_job, read_store
+from triton_tts.xtts.runner import FloatArray, XttsRunner
+from triton_tts.xtts.scheduler import Job, Scheduler
+from triton_tts.xtts.speakers import SpeakerExists, SpeakerStore
 from triton_tts.xtts.stage_calls import TritonGraphs
-from triton_tts.xtts.text import TextRefused, XttsText
+from triton_tts.xtts.text import XttsText
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 METRICS_PERIOD_S = 0.2
@@ -79,7 +82,7 @@ class Jobs:
     def start(self, job: str) -> threading.Event:
         with self.lock:
             if job in self.events:
-                raise RequestRefused(f"job {job!r} is already generating")
+                raise InvalidRequest(f"job {job!r} is already generating", BUSY_JOB)
             event = self.events[job] = threading.Event()
             if job in self.early:
                 del self.early[job]
@@ -150,22 +153,8 @@ class TritonPythonModel:
         )
 
     def _metrics(self, instance: str) -> None:
-        self.steps = pb_utils.MetricFamily(
-            name="tts_xtts_decode_steps_total",
-            description="XTTS decode steps (one GPT run each), by how many generations ran in it",
-            kind=pb_utils.MetricFamily.COUNTER,
-        )
-        self.live = pb_utils.MetricFamily(
-            name="tts_xtts_generations",
-            description="XTTS generations in the cache pool, or waiting for a slot",
-            kind=pb_utils.MetricFamily.GAUGE,
-        )
-        self.labels = {"model": self.name, "instance": instance}
-        self.step_counters: dict[int, Any] = {}
-        self.counted: dict[int, int] = {}
-        self.live_gauge = self.live.Metric(labels={**self.labels, "state": "live"})
-        self.waiting_gauge = self.live.Metric(labels={**self.labels, "state": "waiting"})
-        self.metrics_lock = threading.Lock()
+        self.metrics = XttsMetrics(self.name, instance)
+        self.metrics_lock = threading.Lock()  # the refresh thread's and execute's recordings
         self.stopped = threading.Event()
         # Between requests' events too: the gauges and counters follow the loop every 0.2 s.
         threading.Thread(target=self._refresh_metrics, name="xtts-metrics", daemon=True).start()
@@ -178,15 +167,8 @@ class TritonPythonModel:
         with self.metrics_lock:
             with self.scheduler.lock:
                 sizes = dict(self.scheduler.batch_sizes)
-            for size, count in sizes.items():
-                if size not in self.step_counters:
-                    self.step_counters[size] = self.steps.Metric(labels={**self.labels, "batch": str(size)})
-                    self.counted[size] = 0
-                self.step_counters[size].increment(count - self.counted[size])
-                self.counted[size] = count
             stats = self.scheduler.statistics()
-            self.live_gauge.set(stats["live"])
-            self.waiting_gauge.set(stats["waiting"])
+            self.metrics.record(sizes, stats["live"], stats["waiting"])
             self._observe_capacity(stats)
 
     def _observe_capacity(self, stats: dict[str, int]) -> None:
@@ -220,7 +202,7 @@ class TritonPythonModel:
                 continue
             try:
                 job = self._job(request, rid, sender)
-            except (RequestRefused, TextRefused, ClipRefused, UnknownSpeaker) as err:
+            except InvalidRequest as err:
                 sender.send(self.errors.invalid(rid, str(err)))
                 sender.send(flags=FINAL)
                 continue
@@ -266,7 +248,7 @@ class TritonPythonModel:
             path = self.speakers.add(store.name, conditioning)
         except SpeakerExists as err:
             sender.send(self.errors.response(rid, str(err), pb_utils.TritonError.ALREADY_EXISTS))
-        except (ClipRefused, ValueError) as err:
+        except ValueError as err:  # InvalidRequest, too
             sender.send(self.errors.invalid(rid, str(err)))
         except Exception as err:
             sender.send(self.errors.response(rid, f"{type(err).__name__}: {err}"))
@@ -308,7 +290,7 @@ class TritonPythonModel:
             if job_id is not None:
                 self.jobs.end(job_id)
             try:
-                if isinstance(err, Cancelled):
+                if isinstance(err, RequestCancelled):
                     pb_utils.Logger.log_warn(
                         f"{self.name}: request {rid} stopped: {cancellation.reason or err}"
                     )
