@@ -2,12 +2,13 @@
 configuration) exported with the real command and served by a real tritonserver as the
 decoupled ``xtts`` model beside the default voice.
 
-Through the server (tests/conftest.py's ``xtts_server``) with tritonclient: a streamed synthesis with a reference clip, another clip changes the
-voice, a seed makes sampling reproducible, bad clips and controls are refused by name,
-and two concurrent streams share decode batches (the model's own statistics). The
-conditioning encoders and the decoder are stage models of their own (configs rendered
-from each graph, a native variant for GPU nodes): the xtts model's work goes through
-them, and a direct call is refused.
+Through the server (tests/conftest.py's ``xtts_server``) with tritonclient: a streamed
+synthesis with a reference clip, another clip changes the voice, a seed makes sampling
+reproducible, bad clips and controls are refused by name, and two concurrent streams
+share decode batches (the model's own statistics). The conditioning encoders and the
+decoder are stage models of their own (configs rendered from each graph, a native
+variant for GPU nodes): the xtts model's work goes through them, and a direct call is
+refused; cancellation, tts and tts_stream with the XTTS voice, and the client's clip.
 """
 
 from __future__ import annotations
