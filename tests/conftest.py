@@ -230,6 +230,15 @@ def xtts_voice(tmp_path_factory: pytest.TempPathFactory, studio_speaker: dict[st
 
 
 @pytest.fixture(scope="session")
+def runner(xtts_voice: Path) -> Any:
+    """The tiny XTTS voice's runner in this process (its greedy audio is what the served
+    voice must give)."""
+    from triton_tts.xtts.runner import XttsRunner
+
+    return XttsRunner(xtts_voice)
+
+
+@pytest.fixture(scope="session")
 def xtts_server(
     voice_dir: Path, xtts_voice: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[TritonServer]:

@@ -36,11 +36,6 @@ from triton_tts.xtts.scheduler import OVERLAP, Scheduler
 pytestmark = [pytest.mark.server, pytest.mark.export]
 
 
-@pytest.fixture(scope="module")
-def runner(xtts_voice: Path) -> XttsRunner:
-    return XttsRunner(xtts_voice)
-
-
 def test_generations_batched_together_get_the_codes_they_get_alone(runner: XttsRunner) -> None:
     cond = runner.conditioning(clip(3, 5.0))
     prompts = [[5, 17, 40, 22, 9], [31, 8, 77, 12, 60, 44, 19, 3, 51], [90, 14]]
