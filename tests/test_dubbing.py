@@ -210,18 +210,22 @@ def test_strict_stops_at_a_cue_the_voice_cannot_say_and_so_does_a_file_with_none
 # dubbing through the server
 
 
-def natural_seconds(server: TritonServer, texts: list[str]) -> list[float]:
+def natural_seconds(server: TritonServer, texts: list[str], draws: int = 3) -> list[float]:
     """Each text's speech at speed 1, leading and trailing silence left out, measured here
-    (20 ms frames within 40 dB of the loudest)."""
+    (20 ms frames within 40 dB of the loudest): the median of ``draws`` syntheses, as the
+    voice's noise makes each a little longer or shorter."""
     out = []
     with TTSClient(server.http_url) as client:
         for text in texts:
-            result = client.synthesize(text)
-            frame = round(FRAME * result.sample_rate)
-            n = len(result.audio) // frame
-            levels = np.array([rms_db(result.audio[i * frame : (i + 1) * frame]) for i in range(n)])
-            loud = np.flatnonzero(levels > levels.max() - 40)
-            out.append((loud[-1] + 1 - loud[0]) * FRAME)
+            lengths = []
+            for _ in range(draws):
+                result = client.synthesize(text)
+                frame = round(FRAME * result.sample_rate)
+                n = len(result.audio) // frame
+                levels = np.array([rms_db(result.audio[i * frame : (i + 1) * frame]) for i in range(n)])
+                loud = np.flatnonzero(levels > levels.max() - 40)
+                lengths.append((loud[-1] + 1 - loud[0]) * FRAME)
+            out.append(float(np.median(lengths)))
     return out
 
 
@@ -277,8 +281,9 @@ def test_a_subtitle_file_is_dubbed_on_time_sped_up_where_tight_and_never_overlap
         speech = track[onset:previous_end]
         loudest = max(rms_db(speech[i : i + frame]) for i in range(0, len(speech) - frame + 1, frame))
         # speech (within 40 dB of the cue's loudest frame, as natural_seconds measures it)
-        # in the first 20 ms frame from the cue's start
-        assert rms_db(track[onset : onset + frame]) > loudest - 40, f"cue {cue['index']} starts late"
+        # in the first 20 ms frame from the cue's start; 1 dB for the resampling to the
+        # original's rate (the dub trims by that rule at the voice's rate)
+        assert rms_db(track[onset : onset + frame]) > loudest - 41, f"cue {cue['index']} starts late"
         assert np.any(track[previous_end - frame : previous_end])
     for this, following in pairwise(cues):
         assert this["end"] <= following["cue_start"] + 1e-9  # never into the next cue
