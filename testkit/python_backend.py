@@ -70,10 +70,6 @@ class InferenceResponse:
         self.tensors = {t.name(): t.as_numpy() for t in output_tensors}
         self._error = error
 
-    @property
-    def error_or_none(self) -> TritonError | None:
-        return self._error
-
     def has_error(self) -> bool:
         return self._error is not None
 

@@ -172,12 +172,10 @@ class Deliveries:
         delivery = Delivery(
             self, request, long_text.request_id, long_text.voice, long_text.characters, work, started
         )
-        if not self.streaming:
-            delivery.whole(spoken(self.pool, long_text, self.window, delivery.cancellation))
-            return
-        # A lead is built only while no other stream's first chunk waits.
-        pacer = Pacer(self.lead_s, self.released, hold=lambda: self.ledger.load().first_work_s > 0)
-        delivery.stream(
+        pacer = None
+        if self.streaming:  # a lead is built only while no other stream's first chunk waits
+            pacer = Pacer(self.lead_s, self.released, hold=lambda: self.ledger.load().first_work_s > 0)
+        delivery.deliver(
             spoken(self.pool, long_text, self.window, delivery.cancellation, pacer, self.senders), pacer
         )
 
@@ -194,11 +192,7 @@ class Deliveries:
         """An admitted request whose chunks another model makes (an XTTS voice's:
         ``chunks(cancellation)``), not paced (it makes audio at its own rate)."""
         delivery = Delivery(self, request, request_id, voice, characters, work, started)
-        said = chunks(delivery.cancellation)
-        if self.streaming:
-            delivery.stream(said)
-        else:
-            delivery.whole(said)
+        delivery.deliver(chunks(delivery.cancellation))
 
 
 @dataclass
@@ -220,6 +214,13 @@ class Delivery:
         # A stream's response sender says whether its client went away.
         asked = self.sender.is_cancelled if self.accounts.streaming else self.request.is_cancelled
         self.cancellation = Cancellation(asked, self.request.timeout(), self.started)
+
+    def deliver(self, chunks: Iterable[Said], pacer: Pacer | None = None) -> None:
+        """As the model answers: a response per chunk (``tts_stream``), else one."""
+        if self.accounts.streaming:
+            self.stream(chunks, pacer)
+        else:
+            self.whole(chunks)
 
     def stream(self, chunks: Iterable[Said], pacer: Pacer | None = None) -> None:
         """Each chunk as its own response as soon as it is ready, in order, then the
