@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -176,16 +177,25 @@ def test_memory_is_flat_after_maximal_requests_served_and_refused(server: Triton
     try:
         for _ in range(3):  # what is kept for reuse (the stubs' regions, arenas), made once
             round_of_maximal_requests()
-        before = rss_mib(server)
-        for _ in range(4):
-            round_of_maximal_requests()
-        after = rss_mib(server)
+        seen = [rss_mib(server)]
+        for _ in range(3):  # three windows of three rounds each
+            for _ in range(3):
+                round_of_maximal_requests()
+            seen.append(rss_mib(server))
     finally:
         client.close()
-    grown = {name: after[name] - before[name] for name in before if name in after}
-    # Before the bounds each bomb kept ~160 MiB in tritonserver and the stubs; the
-    # tolerance is for a noisy shared machine's allocators, not for a leak per request.
-    assert sum(grown.values()) < 100, (grown, before)
+    # A leak grows a process in every window; an allocator that keeps one more block of the
+    # largest size it has served (a 53 MiB response, on a server that has served the whole
+    # suite) grows it once. So each process counts its smallest growth over the windows.
+    windows = list(pairwise(seen))
+    grown = {
+        name: min(after[name] - before[name] for before, after in windows)
+        for name in seen[0]
+        if all(name in each for each in seen)
+    }
+    # Before the bounds each bomb kept ~160 MiB in tritonserver and the stubs (480 MiB a
+    # window); the tolerance is for a noisy shared machine's allocators.
+    assert sum(grown.values()) < 100, (grown, seen)
 
 
 # the gateway's time bounds, over real sockets
