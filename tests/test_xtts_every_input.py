@@ -356,3 +356,16 @@ def test_the_server_logged_no_traceback(xtts_server: TritonServer, xtts_log: Pat
     log = xtts_log.read_text(encoding="utf-8", errors="replace")
     assert "Traceback" not in log
     assert "synthesis failed" not in log
+
+
+def test_the_server_stops_with_every_model_unloaded(xtts_server: TritonServer, xtts_log: Path) -> None:
+    """Last, after every refusal above: each model unloads when the server stops. (On
+    Triton 2.51 a BLS caller never sees the end of a stream that carried an error response,
+    and its stub then held tts and tts_stream for Triton's whole exit timeout, 20 s, before
+    tritonserver gave up: the xtts model now answers tts and tts_stream's refusals in its
+    ERROR output, RequestErrors.as_output.)"""
+    xtts_server.stop()
+    log = xtts_log.read_text(encoding="utf-8", errors="replace")
+    assert "Exit timeout expired" not in log
+    for model in ("tts", "tts_stream", "xtts", "preprocess"):
+        assert f"successfully unloaded '{model}'" in log, model

@@ -437,6 +437,8 @@ def xtts(name: str) -> mc.ModelConfig:
     add_tensor(config.output, "SAMPLE_RATE", mc.TYPE_INT32, [1])
     add_tensor(config.output, "CHUNK_INDEX", mc.TYPE_INT32, [1])
     add_tensor(config.output, "IS_LAST", mc.TYPE_BOOL, [1])
+    # A refusal, for a caller that asks for errors as outputs (tts and tts_stream, by BLS)
+    add_tensor(config.output, "ERROR", mc.TYPE_STRING, [1])
     add_instances(config, 1, gpu=False)
     config.model_transaction_policy.decoupled = True
     set_parameters(

@@ -24,6 +24,7 @@ import unicodedata
 import uuid
 from typing import Any
 
+import numpy as np
 import triton_python_backend_utils as pb_utils
 
 # Codes a client can act on: fix the request, retry later, or it stopped the request
@@ -62,6 +63,9 @@ def request_id(request: Any) -> str:
 # responses carry no status code. ``tagged`` models put the code in front, in this form,
 # so a client can tell a caller's error from the server's (client/triton_tts/client/errors.py reads it).
 CODE_TAG = "[{code}] "
+# The output that carries an error to a caller that asks for errors as outputs
+# (RequestErrors.as_output).
+ERROR_OUTPUT = "ERROR"
 
 
 class RequestErrors:
@@ -75,6 +79,23 @@ class RequestErrors:
     def response(self, request_id: str, message: str, code: int | None = None) -> Any:
         """The error response for a request (``code``: a pb_utils.TritonError code,
         INTERNAL if None); logs it (warning for the client's side, error for the server's)."""
+        code, name, message = self._logged(request_id, message, code)
+        sent = CODE_TAG.format(code=name) + message if self.tagged else message
+        return pb_utils.InferenceResponse(error=pb_utils.TritonError(sent, code))
+
+    def as_output(self, request_id: str, message: str, code: int | None = None) -> Any:
+        """The same error as a plain response whose ERROR output holds the tagged message,
+        for a decoupled model's callers by BLS: Triton 2.51's Python backend sends a BLS
+        caller an error response without its stream's id, so the caller's response
+        iterator never sees it nor the final flag after it (fixed in python_backend r25.06),
+        and the caller's stub hangs when it stops. Logged as :meth:`response` logs."""
+        code, name, message = self._logged(request_id, message, code)
+        tagged = CODE_TAG.format(code=name) + message
+        return pb_utils.InferenceResponse(
+            output_tensors=[pb_utils.Tensor(ERROR_OUTPUT, np.array([tagged.encode()], dtype=np.object_))]
+        )
+
+    def _logged(self, request_id: str, message: str, code: int | None) -> tuple[int, str, str]:
         if code is None:
             code = pb_utils.TritonError.INTERNAL
         # Every model's error leaves through here: the one place callers' values are escaped.
@@ -84,8 +105,7 @@ class RequestErrors:
             pb_utils.Logger.log_warn(f"{self.model}: request {request_id} refused ({name}): {message}")
         else:
             pb_utils.Logger.log_error(f"{self.model}: request {request_id} failed ({name}): {message}")
-        sent = CODE_TAG.format(code=name) + message if self.tagged else message
-        return pb_utils.InferenceResponse(error=pb_utils.TritonError(sent, code))
+        return code, name, message
 
     def invalid(self, request_id: str, message: str) -> Any:
         """A refusal of the request as malformed (INVALID_ARG: HTTP 400)."""

@@ -31,6 +31,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from triton_tts.client.voices import XTTS_KIND, VoiceInfo, split_voice_name
+from triton_tts.contract.errors import ERROR_OUTPUT
 from triton_tts.contract.validation import InvalidRequest, one_item
 from triton_tts.runtime import internal
 from triton_tts.runtime.admission import Ledger, Work
@@ -41,7 +42,7 @@ from triton_tts.runtime.long_text.request import LongTextSettings, read_caller, 
 from triton_tts.runtime.metrics import TTSMetrics
 from triton_tts.runtime.request_options import input_array, one_value
 from triton_tts.xtts import defaults
-from triton_tts.xtts.requests import CANCEL_PARAMETER, JOB_PARAMETER
+from triton_tts.xtts.requests import CANCEL_PARAMETER, ERRORS_PARAMETER, JOB_PARAMETER
 
 PASSED_ON = ("SPEED", "LANGUAGE", "REFERENCE_AUDIO", "REFERENCE_SAMPLE_RATE", "TEMPERATURE", "SEED")
 NOT_FOR_XTTS = ("NOISE_SCALE", "NOISE_W", "LEXICON")  # LEXICON: XTTS reads letters, no phonemes
@@ -184,16 +185,29 @@ def _speaker_given_as(request: Any) -> str | None:
     return None if speaker_id is None else f"SPEAKER_ID {int(speaker_id)}"
 
 
-def _failure(error: Any, speaker_given_as: str | None = None) -> ChunkFailed:
-    message = str(error.message())
+def _failure(message: str, code: int | None, speaker_given_as: str | None = None) -> ChunkFailed:
+    """The model's error as the request's: the code its tag names (else ``code``), and a
+    refusal of SPEAKER in the words the caller used."""
     tagged = TAGGED.match(message)
-    code = error.code() if hasattr(error, "code") else None
     if tagged:
         message = message[tagged.end() :]
         code = getattr(pb_utils.TritonError, tagged.group(1), code)
     if speaker_given_as and message.startswith("SPEAKER"):  # an input tts and tts_stream do not have
         message = f"{speaker_given_as}: {message}"
     return ChunkFailed(message, code)
+
+
+def _model_error(response: Any) -> tuple[str, int | None] | None:
+    """A response's error as (message, code): the model's own, from its ERROR output; or
+    Triton's (the model could not be reached, or failed), as an error response."""
+    if response.has_error():
+        error = response.error()
+        return str(error.message()), error.code() if hasattr(error, "code") else None
+    given = pb_utils.get_output_tensor_by_name(response, ERROR_OUTPUT)
+    if given is None:
+        return None
+    raw = given.as_numpy().reshape(-1)[0]
+    return (raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)), None
 
 
 def cancel_job(model: str, job: str, responses: Any = None) -> None:
@@ -207,13 +221,13 @@ def cancel_job(model: str, job: str, responses: Any = None) -> None:
             cancel()
         answers = pb_utils.InferenceRequest(
             model_name=model,
-            requested_output_names=[],
+            requested_output_names=[ERROR_OUTPUT],
             inputs=[],
-            parameters={**internal.parameters(), CANCEL_PARAMETER: job},
+            parameters={**internal.parameters(), CANCEL_PARAMETER: job, ERRORS_PARAMETER: True},
         ).exec(decoupled=True)
-        for answer in answers:
-            if answer.has_error():
-                raise ChunkFailed(str(answer.error().message()), None)
+        failures = [failure for failure in map(_model_error, answers) if failure is not None]
+        if failures:
+            raise _failure(*failures[0])
     except Exception as err:
         pb_utils.Logger.log_warn(f"{model}: cancelling job {job} failed: {err}")
 
@@ -226,17 +240,21 @@ def forward(request: Any, voice: VoiceInfo, request_id: str, cancelled: Any) -> 
     job = uuid.uuid4().hex
     responses = pb_utils.InferenceRequest(
         model_name=voice.model,
-        requested_output_names=["AUDIO", "SAMPLE_RATE", "IS_LAST"],
+        requested_output_names=["AUDIO", "SAMPLE_RATE", "IS_LAST", ERROR_OUTPUT],
         inputs=xtts_inputs(request, voice),
         request_id=request_id,
-        parameters={JOB_PARAMETER: job},
+        # Its errors as outputs: an error response would leave this stream unended (ERRORS_PARAMETER)
+        parameters={JOB_PARAMETER: job, ERRORS_PARAMETER: True},
     ).exec(decoupled=True)
     sent, ended = 0, False
     try:
         for response in responses:
-            if response.has_error():
-                ended = True  # the model ends a failed request itself
-                raise _failure(response.error(), _speaker_given_as(request))
+            failed = _model_error(response)
+            if failed is not None:
+                ended = True  # the model ends a failed request itself: its final flag follows
+                for _ in responses:  # read to it, so that this stream is done with
+                    pass
+                raise _failure(*failed, _speaker_given_as(request))
             audio = pb_utils.get_output_tensor_by_name(response, "AUDIO")
             if audio is None:  # the final flag alone
                 continue

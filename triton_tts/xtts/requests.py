@@ -24,6 +24,10 @@ MAX_SEED = 2**63 - 1
 # a generation's job id, and an internal request that cancels the job of that id.
 JOB_PARAMETER = "tts_job"
 CANCEL_PARAMETER = "tts_cancel_job"
+# true: the request's errors come as a response with the ERROR output (the tagged message),
+# then the final flag, not as error responses (contract/errors.py, RequestErrors.as_output:
+# what a BLS caller needs on Triton 2.51). Any caller may ask; tts and tts_stream do.
+ERRORS_PARAMETER = "tts_errors_as_output"
 MAX_JOB_ID_CHARS = 64
 
 
@@ -129,6 +133,12 @@ def _job_id(request: Any, key: str) -> str | None:
     if not isinstance(value, str) or not 0 < len(value) <= MAX_JOB_ID_CHARS:
         raise InvalidRequest(f"parameter {key}: a job id is a string of 1 to {MAX_JOB_ID_CHARS} characters")
     return value
+
+
+def errors_as_output(request: Any) -> bool:
+    """Does the request ask for its errors in the ERROR output (:data:`ERRORS_PARAMETER`
+    true)? Read before anything else can fail; any other value is no."""
+    return internal.request_parameters(request).get(ERRORS_PARAMETER) is True
 
 
 def read_job(request: Any) -> str | None:

@@ -12,10 +12,14 @@ then the final flag), its reference clip conditioned (cached by the clip's conte
 in a bounded LRU), and handed to the scheduler's loop (triton_tts.xtts.scheduler), which
 batches every live request's decode step into one GPT run and sends audio every
 ``chunk_codes`` codes. Every response carries AUDIO, SAMPLE_RATE, CHUNK_INDEX and
-IS_LAST; the final flag always ends a request, after an error too. A request Triton marks
-cancelled, or one that outlives its own ``timeout``, stops at its next step; so does one
-whose job id (the ``tts_job`` parameter tts and tts_stream send) an internal cancel
-request names (``tts_cancel_job``, with the server's internal token: :class:`Jobs`).
+IS_LAST; the final flag always ends a request, after an error too. A request with the
+``tts_errors_as_output`` parameter true (tts and tts_stream send it) gets its error as a
+response whose ERROR output holds the tagged message instead: a BLS caller's stream cannot
+carry an error response on Triton 2.51 (contract/errors.py, ``RequestErrors.as_output``).
+A request Triton marks cancelled, or one that outlives its own ``timeout``, stops at its
+next step; so does one whose job id (the ``tts_job`` parameter tts and tts_stream send) an
+internal cancel request names (``tts_cancel_job``, with the server's internal token:
+:class:`Jobs`).
 
 The conditioning encoders and the decoder are the voice's stage models (``xtts_style``,
 ``xtts_speaker``, ``xtts_decoder``; triton_tts/xtts/stage_calls.py), called by BLS: on
@@ -57,7 +61,7 @@ from triton_tts.runtime.metrics import XttsMetrics
 from triton_tts.xtts import defaults
 from triton_tts.xtts.capacity import ThroughputWindow
 from triton_tts.xtts.clips import ClipCache, ClipSettings
-from triton_tts.xtts.requests import read_cancel, read_controls, read_job, read_store
+from triton_tts.xtts.requests import errors_as_output, read_cancel, read_controls, read_job, read_store
 from triton_tts.xtts.runner import FloatArray, XttsRunner
 from triton_tts.xtts.scheduler import Job, Scheduler
 from triton_tts.xtts.speakers import SpeakerExists, SpeakerStore
@@ -187,31 +191,39 @@ class TritonPythonModel:
         for request in requests:
             rid = request_id(request)
             sender = request.get_response_sender()
+            as_output = errors_as_output(request)
             try:
-                if self._cancel(request, sender) or self._store(request, rid, sender):
+                if self._cancel(request, sender) or self._store(request, rid, sender, as_output):
                     continue
             except Exception as err:  # reading the request: its own error (INVALID_ARG)
-                sender.send(self.errors.invalid(rid, str(err)))
+                sender.send(self._error(as_output, rid, str(err), pb_utils.TritonError.INVALID_ARG))
                 sender.send(flags=FINAL)
                 continue
             waiting = self.scheduler.statistics()["waiting"]
             if waiting >= self.max_waiting:  # the safety bound (admission is by work, in tts)
                 message = busy_message(f"XTTS is at capacity: {waiting} generations wait for a slot", 1.0)
-                sender.send(self.errors.response(rid, message, pb_utils.TritonError.UNAVAILABLE))
+                sender.send(self._error(as_output, rid, message, pb_utils.TritonError.UNAVAILABLE))
                 sender.send(flags=FINAL)
                 continue
             try:
-                job = self._job(request, rid, sender)
+                job = self._job(request, rid, sender, as_output)
             except InvalidRequest as err:
-                sender.send(self.errors.invalid(rid, str(err)))
+                sender.send(self._error(as_output, rid, str(err), pb_utils.TritonError.INVALID_ARG))
                 sender.send(flags=FINAL)
                 continue
             except Exception as err:
-                sender.send(self.errors.response(rid, f"{type(err).__name__}: {err}"))
+                sender.send(self._error(as_output, rid, f"{type(err).__name__}: {err}"))
                 sender.send(flags=FINAL)
                 continue
             self.scheduler.submit(job)
         self._record_metrics()
+
+    def _error(self, as_output: bool, rid: str, message: str, code: int | None = None) -> Any:
+        """A request's error response (INTERNAL if ``code`` is None), or the same error in
+        its ERROR output for a caller that asks (:func:`errors_as_output`: tts and
+        tts_stream, whose BLS streams cannot carry an error response on Triton 2.51)."""
+        form = self.errors.as_output if as_output else self.errors.response
+        return form(rid, message, code)
 
     def _chunk(self, audio: FloatArray, index: int, last: bool) -> Any:
         """One response: every response carries AUDIO, SAMPLE_RATE, CHUNK_INDEX, IS_LAST."""
@@ -236,7 +248,7 @@ class TritonPythonModel:
         sender.send(flags=FINAL)
         return True
 
-    def _store(self, request: Any, rid: str, sender: Any) -> bool:
+    def _store(self, request: Any, rid: str, sender: Any, as_output: bool) -> bool:
         """A STORE_SPEAKER request: the clip's conditioning saved as a named speaker, then
         one empty last chunk (or the refusal) and the final flag. False: not one."""
         store = read_store(request)
@@ -247,18 +259,18 @@ class TritonPythonModel:
             conditioning = self.clips.conditioning(store.reference, store.reference_rate)
             path = self.speakers.add(store.name, conditioning)
         except SpeakerExists as err:
-            sender.send(self.errors.response(rid, str(err), pb_utils.TritonError.ALREADY_EXISTS))
+            sender.send(self._error(as_output, rid, str(err), pb_utils.TritonError.ALREADY_EXISTS))
         except ValueError as err:  # InvalidRequest, too
-            sender.send(self.errors.invalid(rid, str(err)))
+            sender.send(self._error(as_output, rid, str(err), pb_utils.TritonError.INVALID_ARG))
         except Exception as err:
-            sender.send(self.errors.response(rid, f"{type(err).__name__}: {err}"))
+            sender.send(self._error(as_output, rid, f"{type(err).__name__}: {err}"))
         else:
             pb_utils.Logger.log_info(f"{self.name}: speaker {store.name!r} stored ({path.name})")
             sender.send(self._chunk(np.zeros(0, dtype=np.float32), 0, last=True))
         sender.send(flags=FINAL)
         return True
 
-    def _job(self, request: Any, rid: str, sender: Any) -> Job:
+    def _job(self, request: Any, rid: str, sender: Any, as_output: bool) -> Job:
         controls = read_controls(request, self.runner.card)
         segments = self.text.read(controls.text, controls.language)
         if controls.speaker is not None:
@@ -295,7 +307,7 @@ class TritonPythonModel:
                         f"{self.name}: request {rid} stopped: {cancellation.reason or err}"
                     )
                 elif err is not None:
-                    sender.send(self.errors.response(rid, f"{type(err).__name__}: {err}"))
+                    sender.send(self._error(as_output, rid, f"{type(err).__name__}: {err}"))
             finally:
                 sender.send(flags=FINAL)  # the sender is never touched after this
                 self._record_metrics()
