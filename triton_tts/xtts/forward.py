@@ -197,17 +197,24 @@ def _failure(message: str, code: int | None, speaker_given_as: str | None = None
     return ChunkFailed(message, code)
 
 
-def _model_error(response: Any) -> tuple[str, int | None] | None:
-    """A response's error as (message, code): the model's own, from its ERROR output; or
-    Triton's (the model could not be reached, or failed), as an error response."""
-    if response.has_error():
-        error = response.error()
-        return str(error.message()), error.code() if hasattr(error, "code") else None
-    given = pb_utils.get_output_tensor_by_name(response, ERROR_OUTPUT)
-    if given is None:
-        return None
-    raw = given.as_numpy().reshape(-1)[0]
-    return (raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)), None
+def _answers(responses: Any, speaker_given_as: str | None = None) -> Iterator[Any]:
+    """The xtts model's responses to one request, to its final flag; a failure raised
+    (ChunkFailed): the model's own refusal, in its ERROR output (we ask for it there:
+    ERRORS_PARAMETER), its stream read on to the final flag that follows it; or Triton's
+    error response (the model unreachable, or its stub gone), which ends the stream."""
+    for response in responses:
+        if response.has_error():
+            error = response.error()
+            code = error.code() if hasattr(error, "code") else None
+            raise _failure(str(error.message()), code, speaker_given_as)
+        refusal = pb_utils.get_output_tensor_by_name(response, ERROR_OUTPUT)
+        if refusal is not None:
+            for _ in responses:  # so that this stream is done with
+                pass
+            raw = refusal.as_numpy().reshape(-1)[0]
+            message = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+            raise _failure(message, None, speaker_given_as)
+        yield response
 
 
 def cancel_job(model: str, job: str, responses: Any = None) -> None:
@@ -225,9 +232,8 @@ def cancel_job(model: str, job: str, responses: Any = None) -> None:
             inputs=[],
             parameters={**internal.parameters(), CANCEL_PARAMETER: job, ERRORS_PARAMETER: True},
         ).exec(decoupled=True)
-        failures = [failure for failure in map(_model_error, answers) if failure is not None]
-        if failures:
-            raise _failure(*failures[0])
+        for _ in _answers(answers):
+            pass
     except Exception as err:
         pb_utils.Logger.log_warn(f"{model}: cancelling job {job} failed: {err}")
 
@@ -248,13 +254,7 @@ def forward(request: Any, voice: VoiceInfo, request_id: str, cancelled: Any) -> 
     ).exec(decoupled=True)
     sent, ended = 0, False
     try:
-        for response in responses:
-            failed = _model_error(response)
-            if failed is not None:
-                ended = True  # the model ends a failed request itself: its final flag follows
-                for _ in responses:  # read to it, so that this stream is done with
-                    pass
-                raise _failure(*failed, _speaker_given_as(request))
+        for response in _answers(responses, _speaker_given_as(request)):
             audio = pb_utils.get_output_tensor_by_name(response, "AUDIO")
             if audio is None:  # the final flag alone
                 continue
@@ -268,6 +268,9 @@ def forward(request: Any, voice: VoiceInfo, request_id: str, cancelled: Any) -> 
             if not last and cancelled():
                 raise RequestCancelled(cancelled.reason or "request cancelled", sent, sent)
         ended = True
+    except ChunkFailed:
+        ended = True  # the model ends a failed request itself
+        raise
     finally:
         if not ended:
             cancel_job(voice.model, job, responses)
