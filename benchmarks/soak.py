@@ -40,7 +40,9 @@ With ``--kill-every``, the own server runs under the watchdog (as ``triton-tts s
 and a random Python-backend stub is killed with SIGKILL every so often (the OOM killer's
 way); an error between a kill and its instance's return is counted as "lost to a kill",
 not unexpected, and ``/dev/shm`` is counted before and after (a healed stub's region must
-not stay behind).
+not stay behind). A request the killed stub of ``tts`` or ``tts_stream`` was answering is
+never answered on Triton 2.51 (docs/deployment.md): it ends at the client's timeout
+(``--timeout-s``, the client library's default unless given).
 
 Writes results/soak.json and results/soak.md (Markdown tables), stamped with date, git commit
 and machine (benchmarks/stamp.py), and results/soak.png.
@@ -72,6 +74,7 @@ from benchmarks.soak_report import (
 )
 from benchmarks.stamp import stamp, write_report
 from testkit.sample_texts import PARAGRAPH, SENTENCES
+from triton_tts.client.core import DEFAULT_TIMEOUT_S
 from triton_tts.client.tts_client import NO_RETRIES, RequestRejected, RetryPolicy, ServerBusy, TTSClient
 from triton_tts.ops.lifecycle import supervised
 from triton_tts.ops.repository import build_repository, ensure_default_voice
@@ -181,9 +184,9 @@ class Traffic:
 class Clients:
     """One client's HTTP and gRPC connections (tritonclient clients are not thread-safe)."""
 
-    def __init__(self, http_url: str, grpc_url: str) -> None:
-        self.http = TTSClient(http_url, "http", retry=NO_RETRIES)
-        self.grpc = TTSClient(grpc_url, "grpc", retry=NO_RETRIES)
+    def __init__(self, http_url: str, grpc_url: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        self.http = TTSClient(http_url, "http", retry=NO_RETRIES, timeout_s=timeout_s)
+        self.grpc = TTSClient(grpc_url, "grpc", retry=NO_RETRIES, timeout_s=timeout_s)
         self.sent = 0
 
     def next_tts(self) -> TTSClient:
@@ -225,10 +228,16 @@ def send(kind: str, clients: Clients, n: int) -> float:
 
 
 def client_loop(
-    offset: int, http_url: str, grpc_url: str, end: float, traffic: Traffic, schedule: list[str]
+    offset: int,
+    http_url: str,
+    grpc_url: str,
+    end: float,
+    traffic: Traffic,
+    schedule: list[str],
+    timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> None:
     backoff, refusals = RetryPolicy(), 0
-    clients = Clients(http_url, grpc_url)
+    clients = Clients(http_url, grpc_url, timeout_s)
     try:
         n = offset  # each client starts elsewhere in the mix
         while time.monotonic() < end:
@@ -424,6 +433,12 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument(
         "--kill-every", type=float, default=0.0, help="seconds between stub kills (own server; 0: none)"
     )
+    parser.add_argument(
+        "--timeout-s",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        help="each request's client timeout (a request a killed stub held ends there)",
+    )
     return parser
 
 
@@ -448,7 +463,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             assert server.process is not None
             http_url, grpc_url, pid = server.http_url, server.grpc_url, server.process.pid
             shm = server.shm_dir  # its own /dev/shm where it has one
-        warm = Clients(http_url, grpc_url)
+        warm = Clients(http_url, grpc_url, args.timeout_s)
         for n, kind in enumerate(KINDS):  # each kind once, and the server is what we think
             send(kind, warm, n)
         warm.close()
@@ -462,7 +477,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         clients = [
             threading.Thread(
                 target=client_loop,
-                args=(k * len(schedule) // args.clients, http_url, grpc_url, end, traffic, schedule),
+                args=(
+                    k * len(schedule) // args.clients,
+                    http_url,
+                    grpc_url,
+                    end,
+                    traffic,
+                    schedule,
+                    args.timeout_s,
+                ),
                 name=f"client-{k}",
             )
             for k in range(args.clients)
