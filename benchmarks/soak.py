@@ -184,7 +184,7 @@ class Traffic:
 class Clients:
     """One client's HTTP and gRPC connections (tritonclient clients are not thread-safe)."""
 
-    def __init__(self, http_url: str, grpc_url: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(self, http_url: str, grpc_url: str, timeout_s: float) -> None:
         self.http = TTSClient(http_url, "http", retry=NO_RETRIES, timeout_s=timeout_s)
         self.grpc = TTSClient(grpc_url, "grpc", retry=NO_RETRIES, timeout_s=timeout_s)
         self.sent = 0
@@ -234,7 +234,7 @@ def client_loop(
     end: float,
     traffic: Traffic,
     schedule: list[str],
-    timeout_s: float = DEFAULT_TIMEOUT_S,
+    timeout_s: float,
 ) -> None:
     backoff, refusals = RetryPolicy(), 0
     clients = Clients(http_url, grpc_url, timeout_s)

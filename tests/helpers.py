@@ -229,22 +229,28 @@ def stream_raw(url: str, text: str, **scalars: Any) -> tuple[list[dict[str, Any]
     return stream_model(url, "tts_stream", tts_inputs(grpcclient, text, **scalars))
 
 
-def stream_model(url: str, model: str, inputs: list[Any]) -> tuple[list[dict[str, Any]], list[str]]:
-    """One request to a decoupled ``model`` with plain tritonclient: its chunks (audio,
-    rate, index, last, words) and its errors' messages, in arrival order."""
+def stream_model(
+    url: str, model: str, inputs: list[Any], parameters: dict[str, Any] | None = None
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """One request to a decoupled ``model`` with plain tritonclient (and request
+    ``parameters``): its chunks (audio, rate, index, last, words; a response with the ERROR
+    output as {"ERROR": its message}) and its error responses' messages, in arrival order."""
     client = grpcclient.InferenceServerClient(url)
     answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
     client.start_stream(callback=lambda result, error: answers.put((result, error)))
-    chunks, errors = [], []
+    chunks: list[dict[str, Any]] = []
+    errors = []
     try:
-        client.async_stream_infer(model, inputs, enable_empty_final_response=True)
+        client.async_stream_infer(model, inputs, parameters=parameters, enable_empty_final_response=True)
         while True:
             result, error = answers.get(timeout=300)
             if error is not None:
                 errors.append(error.message())
                 continue
             response = result.get_response()
-            if response.outputs:
+            if any(output.name == "ERROR" for output in response.outputs):
+                chunks.append({"ERROR": result.as_numpy("ERROR").reshape(-1)[0].decode()})
+            elif response.outputs:
                 chunks.append(
                     {
                         "audio": result.as_numpy("AUDIO").reshape(-1),

@@ -350,40 +350,16 @@ def test_a_caller_that_asks_for_errors_as_outputs_gets_them_in_error(xtts_server
     """tts_errors_as_output true (what tts and tts_stream send, by BLS): a refusal is a
     plain response whose ERROR output holds the tagged message, then the final flag; audio
     is as ever; any other value leaves errors as error responses."""
-
-    def answers_to(inputs: list[Any], asks: Any) -> list[tuple[str, Any]]:
-        client = grpcclient.InferenceServerClient(xtts_server.grpc_url)
-        answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
-        client.start_stream(callback=lambda result, error: answers.put((result, error)))
-        seen: list[tuple[str, Any]] = []
-        try:
-            client.async_stream_infer(
-                "xtts", inputs, parameters={"tts_errors_as_output": asks}, enable_empty_final_response=True
-            )
-            while True:
-                result, error = answers.get(timeout=120)
-                if error is not None:
-                    seen.append(("error", error.message()))
-                    continue
-                response = result.get_response()
-                names = {output.name for output in response.outputs}
-                if "ERROR" in names:
-                    seen.append(("ERROR", result.as_numpy("ERROR").reshape(-1)[0].decode()))
-                elif "AUDIO" in names:
-                    seen.append(("chunk", bool(result.as_numpy("IS_LAST").reshape(-1)[0])))
-                if response.parameters["triton_final_response"].bool_param:
-                    return seen
-        finally:
-            client.stop_stream()
-            client.close()
-
-    refused = answers_to(xtts_inputs("Hello.", None), True)
-    assert len(refused) == 1 and refused[0][0] == "ERROR", refused
-    assert refused[0][1].startswith("[INVALID_ARG] ") and "REFERENCE_AUDIO" in refused[0][1]
-    served = answers_to(xtts_inputs("Hello.", clip(43, 3.0)), True)
-    assert served and all(kind == "chunk" for kind, _ in served) and served[-1][1], served
-    as_before = answers_to(xtts_inputs("Hello.", None), "yes")
-    assert len(as_before) == 1 and as_before[0][0] == "error" and "REFERENCE_AUDIO" in as_before[0][1]
+    asks = {"tts_errors_as_output": True}
+    refused, errors = stream_model(xtts_server.grpc_url, "xtts", xtts_inputs("Hello.", None), asks)
+    assert errors == [] and len(refused) == 1 and set(refused[0]) == {"ERROR"}, (refused, errors)
+    assert refused[0]["ERROR"].startswith("[INVALID_ARG] ") and "REFERENCE_AUDIO" in refused[0]["ERROR"]
+    served, errors = stream_model(xtts_server.grpc_url, "xtts", xtts_inputs("Hello.", clip(43, 3.0)), asks)
+    assert errors == [] and served and all("audio" in c for c in served) and served[-1]["last"], errors
+    chunks, errors = stream_model(
+        xtts_server.grpc_url, "xtts", xtts_inputs("Hello.", None), {"tts_errors_as_output": "yes"}
+    )
+    assert chunks == [] and len(errors) == 1 and "REFERENCE_AUDIO" in errors[0], (chunks, errors)
 
 
 def test_tts_and_tts_stream_serve_the_xtts_voice(xtts_server: TritonServer, runner: XttsRunner) -> None:

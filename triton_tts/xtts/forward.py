@@ -62,6 +62,11 @@ class Demand:
     deadline_us: int  # how long it may wait to be admitted (0: it does not say)
 
 
+def _as_text(value: Any) -> str:
+    """A BYTES tensor's element as text (undecodable bytes replaced)."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
 def predicted_audio_s(text: str, speed: float | None) -> float:
     """Seconds of audio an XTTS voice takes to say ``text``: its characters (a CJK one
     counting as several) at XTTS's reading rate, over SPEED."""
@@ -76,7 +81,7 @@ def read_demand(request: Any) -> Demand:
     string: refused, as :func:`xtts_inputs` refuses it)."""
     raw = _text(request)
     speed = _flag(request, "SPEED")
-    said = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+    said = _as_text(raw)
     return Demand(
         len(said),
         predicted_audio_s(said, None if speed is None else float(speed)),
@@ -115,8 +120,7 @@ def _voice_name(request: Any) -> tuple[str, str] | None:
     values = given.reshape(-1) if given is not None else np.array([b""], dtype=np.object_)
     if values.size != 1:
         return None
-    raw = values[0]
-    return split_voice_name(raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw))
+    return split_voice_name(_as_text(values[0]))
 
 
 def xtts_voice(request: Any, settings: LongTextSettings) -> VoiceInfo | None:
@@ -211,9 +215,7 @@ def _answers(responses: Any, speaker_given_as: str | None = None) -> Iterator[An
         if refusal is not None:
             for _ in responses:  # so that this stream is done with
                 pass
-            raw = refusal.as_numpy().reshape(-1)[0]
-            message = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-            raise _failure(message, None, speaker_given_as)
+            raise _failure(_as_text(refusal.as_numpy().reshape(-1)[0]), None, speaker_given_as)
         yield response
 
 
